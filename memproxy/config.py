@@ -1,0 +1,196 @@
+"""Typed settings: YAML file, then ``MEMPROXY_<SECTION>__<KEY>`` env overrides.
+
+Invariants:
+- Unknown keys and wrong types fail at start with a message naming the key
+  (``ConfigError``), never silently ignored.
+- Unsafe combinations are refused (``keys`` mode without keys, short or repeated keys).
+- Nothing here touches the network or the data dir; ``load_settings`` is pure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "MEMPROXY_"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    log_format: Literal["plain", "json"] = "plain"
+    log_content: bool = False
+    # How long SIGTERM waits for in-flight streams before closing them.
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+
+class StorageSettings(_Section):
+    data_dir: Path = Path("./memproxy-data")
+
+
+class ModelAlias(_Section):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    litellm_params: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _needs_model(self) -> ModelAlias:
+        if "model" not in self.litellm_params:
+            raise ValueError(f"upstream.models[{self.name}].litellm_params needs a 'model'")
+        return self
+
+
+class UpstreamSettings(_Section):
+    api_base: str | None = None
+    # Provider key used in ``keys`` mode (passthrough forwards the caller's token).
+    api_key: str | None = None
+    models: list[ModelAlias] = Field(default_factory=list)
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class ApiKey(_Section):
+    key: str = Field(min_length=16)
+    tenant: str = Field(min_length=1, max_length=256)
+
+
+class AuthSettings(_Section):
+    mode: Literal["passthrough", "keys"] = "passthrough"
+    keys: list[ApiKey] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _keys_are_usable(self) -> AuthSettings:
+        if self.mode == "keys" and not self.keys:
+            raise ValueError("auth.keys must list at least one {key, tenant} when auth.mode is 'keys'")
+        seen = set()
+        for entry in self.keys:
+            if entry.key in seen:
+                raise ValueError("auth.keys contains the same key twice")
+            seen.add(entry.key)
+        return self
+
+
+class EmbeddingSettings(_Section):
+    provider: Literal["hash", "litellm", "local"] = "hash"
+    model: str = "text-embedding-3-small"
+    # Dimension of the built-in ``hash`` embedder (others report their own).
+    dim: int = Field(default=256, ge=8, le=8192)
+    batch_size: int = Field(default=64, ge=1)
+
+
+class IndexSettings(_Section):
+    # A scope with more vectors than this is served by HNSW instead of exact search.
+    hnsw_threshold: int = Field(default=200_000, ge=1)
+    # Upper bound on vectors held in memory across loaded scopes (LRU unload beyond it).
+    max_loaded_vectors: int = Field(default=2_000_000, ge=1)
+    snapshot_interval_s: float = Field(default=30.0, gt=0)
+
+
+class RecallSettings(_Section):
+    top_k: int = Field(default=8, ge=1, le=100)
+    max_tokens: int = Field(default=400, ge=0)
+    min_score: float = 0.0
+    timeout_ms: int = Field(default=500, ge=1)
+    cache_ttl_s: float = Field(default=60.0, ge=0)
+
+
+class ExtractionSettings(_Section):
+    model: str = "gpt-4o-mini"
+    instructions: str = ""
+    worker_enabled: bool = True
+    concurrency: int = Field(default=1, ge=1, le=64)
+    max_attempts: int = Field(default=5, ge=1)
+    lease_s: float = Field(default=120.0, gt=0)
+    backoff_base_s: float = Field(default=2.0, ge=0)
+    backoff_max_s: float = Field(default=300.0, ge=0)
+    poll_interval_s: float = Field(default=0.5, gt=0)
+    # Pending jobs of one scope folded into one extraction call.
+    max_jobs_per_call: int = Field(default=8, ge=1)
+    context_messages: int = Field(default=10, ge=0)
+    similar_memories: int = Field(default=10, ge=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+
+
+class Settings(_Section):
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+
+
+def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> None:
+    """Overlay ``MEMPROXY_SECTION__KEY=value``; values are parsed as YAML scalars."""
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{name}: {'.'.join(path[:-1])} is not a section")
+            node = child
+        node[path[-1]] = value
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{key}: {err['msg']}")
+    return "invalid config: " + "; ".join(parts)
+
+
+def find_config_path(explicit: str | None, environ: dict[str, str]) -> Path | None:
+    """``--config``, else ``$MEMPROXY_CONFIG``, else ``./config.yaml`` if present."""
+    if explicit:
+        return Path(explicit)
+    if environ.get("MEMPROXY_CONFIG"):
+        return Path(environ["MEMPROXY_CONFIG"])
+    local = Path("config.yaml")
+    return local if local.exists() else None
+
+
+def load_settings(path: Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ if environ is None else environ)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must be a mapping of sections")
+        data = loaded
+    _apply_env(data, env)
+    return settings_from_dict(data)
+
+
+def settings_from_dict(data: dict[str, Any]) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc

@@ -1,0 +1,76 @@
+"""Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every error that leaves memproxy, ours or the provider's, goes through ``error_body``
+so clients written against OpenAI keep working against us.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type_for(status: int) -> str:
+    if status in _TYPE_BY_STATUS:
+        return _TYPE_BY_STATUS[status]
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(
+    message: str,
+    *,
+    status: int = 400,
+    type: str | None = None,
+    param: str | None = None,
+    code: str | int | None = None,
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": type or error_type_for(status),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+class ApiError(Exception):
+    """An error we answer with: a status and an OpenAI-shaped body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or error_type_for(status)
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, status=self.status, type=self.type, param=self.param, code=self.code)
+
+
+def not_found(what: str = "memory") -> ApiError:
+    """The one answer for "does not exist" and "belongs to another tenant"."""
+    return ApiError(404, f"No such {what}", code="not_found")
