@@ -1,0 +1,214 @@
+"""In-memory BM25 index of one scope's memory texts (the lexical half of hybrid search).
+
+Invariants:
+- Derived state: built from SQLite texts, persisted only inside the scope's index snapshot.
+- Documents are keyed by ``memories.num``. Each document occupies a *slot*; removal only
+  tombstones the slot (``alive[slot] = False``) and the postings are compacted once the
+  dead slots pile up, so a removal never scans the vocabulary.
+- Postings are per-term numpy arrays (slots, term frequencies); additions go to a small
+  per-term pending list merged into the arrays on the next read, so bulk loading is
+  linear and a query is a handful of vectorized operations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+_WORD = re.compile(r"\w+")
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves s t""".split()
+)
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float32]
+
+# Compact once this many slots are dead and they are at least a quarter of all slots.
+_COMPACT_MIN_DEAD = 1024
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase unicode words minus English stopwords."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+def _grow(array: npt.NDArray[np.generic], capacity: int) -> npt.NDArray[np.generic]:
+    out = np.zeros(capacity, dtype=array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+class LexicalIndex:
+    """BM25 (k1, b) over the documents of one scope."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self._term_ids: dict[str, int] = {}
+        self._terms: list[str] = []
+        self._slots: list[Ints] = []
+        self._tfs: list[Floats] = []
+        self._pending: dict[int, tuple[list[int], list[float]]] = {}
+        self._slot_of: dict[int, int] = {}
+        self._nums: Ints = np.zeros(0, dtype=np.int64)
+        self._doc_len: Floats = np.zeros(0, dtype=np.float32)
+        self._alive = np.zeros(0, dtype=bool)
+        self._n_slots = 0
+        self._total_len = 0.0
+        self._dead = 0
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, num: int) -> bool:
+        return num in self._slot_of
+
+    def add(self, num: int, text: str) -> None:
+        """Index ``text`` under ``num``, replacing any previous text of ``num``."""
+        self.remove(num)
+        tokens = tokenize(text)
+        slot = self._n_slots
+        self._ensure_capacity(slot + 1)
+        self._n_slots += 1
+        self._nums[slot] = num
+        self._doc_len[slot] = len(tokens)
+        self._alive[slot] = True
+        self._slot_of[num] = slot
+        self._total_len += len(tokens)
+        for term, tf in Counter(tokens).items():
+            tid = self._term_id(term)
+            slots, tfs = self._pending.setdefault(tid, ([], []))
+            slots.append(slot)
+            tfs.append(float(tf))
+
+    def remove(self, num: int) -> None:
+        slot = self._slot_of.pop(num, None)
+        if slot is None:
+            return
+        self._alive[slot] = False
+        self._total_len -= float(self._doc_len[slot])
+        self._dead += 1
+        if self._dead >= _COMPACT_MIN_DEAD and self._dead * 4 >= self._n_slots:
+            self.compact()
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """Top ``k`` documents by BM25 score (only documents sharing a query term)."""
+        n_docs = len(self._slot_of)
+        tids = [self._term_ids[t] for t in set(tokenize(query)) if t in self._term_ids]
+        if not tids or n_docs == 0 or k <= 0:
+            return []
+        avgdl = max(self._total_len / n_docs, 1e-9)
+        alive = self._alive[: self._n_slots]
+        scores = np.zeros(self._n_slots, dtype=np.float32)
+        for tid in tids:
+            slots, tfs = self._postings(tid)
+            df = int(np.count_nonzero(alive[slots]))
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
+            scores[slots] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
+        scores[~alive] = 0.0
+        hits = np.flatnonzero(scores > 0)
+        if len(hits) > k:
+            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        hits = hits[np.argsort(-scores[hits], kind="stable")]
+        return [(int(self._nums[s]), float(scores[s])) for s in hits]
+
+    def compact(self) -> None:
+        """Drop tombstoned slots from every posting list and renumber the slots."""
+        self._merge_all_pending()
+        n = self._n_slots
+        keep_slots = np.flatnonzero(self._alive[:n])
+        remap = np.full(max(n, 1), -1, dtype=np.int64)
+        remap[keep_slots] = np.arange(len(keep_slots), dtype=np.int64)
+        for tid in range(len(self._terms)):
+            slots = self._slots[tid]
+            keep = self._alive[slots]
+            self._slots[tid] = remap[slots[keep]]
+            self._tfs[tid] = self._tfs[tid][keep]
+        self._nums = self._nums[keep_slots].copy()
+        self._doc_len = self._doc_len[keep_slots].copy()
+        self._alive = np.ones(len(keep_slots), dtype=bool)
+        self._n_slots = len(keep_slots)
+        self._slot_of = {int(num): slot for slot, num in enumerate(self._nums.tolist())}
+        self._dead = 0
+
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """A compact, pickle-free serialization (for the scope snapshot)."""
+        self.compact()
+        lengths = np.array([len(s) for s in self._slots], dtype=np.int64)
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(lengths)])
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return {
+            "lex_terms": np.frombuffer("\n".join(self._terms).encode(), dtype=np.uint8),
+            "lex_offsets": offsets,
+            "lex_slots": np.concatenate(self._slots) if self._slots else empty_i,
+            "lex_tfs": np.concatenate(self._tfs) if self._tfs else empty_f,
+            "lex_nums": self._nums[: self._n_slots].copy(),
+            "lex_doclen": self._doc_len[: self._n_slots].copy(),
+            "lex_params": np.array([self.k1, self.b], dtype=np.float64),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, npt.NDArray[np.generic]]) -> LexicalIndex:
+        k1, b = (float(x) for x in arrays["lex_params"])
+        index = cls(k1=k1, b=b)
+        raw = bytes(arrays["lex_terms"].tobytes()).decode()
+        index._terms = raw.split("\n") if raw else []
+        index._term_ids = {term: tid for tid, term in enumerate(index._terms)}
+        offsets = arrays["lex_offsets"].astype(np.int64)
+        slots = arrays["lex_slots"].astype(np.int64)
+        tfs = arrays["lex_tfs"].astype(np.float32)
+        index._slots = [slots[offsets[i] : offsets[i + 1]] for i in range(len(index._terms))]
+        index._tfs = [tfs[offsets[i] : offsets[i + 1]] for i in range(len(index._terms))]
+        index._nums = arrays["lex_nums"].astype(np.int64)
+        index._doc_len = arrays["lex_doclen"].astype(np.float32)
+        index._n_slots = len(index._nums)
+        index._alive = np.ones(index._n_slots, dtype=bool)
+        index._slot_of = {int(num): slot for slot, num in enumerate(index._nums.tolist())}
+        index._total_len = float(index._doc_len.sum())
+        if len(index._slot_of) != index._n_slots:
+            raise ValueError("lexical snapshot has duplicate document numbers")
+        return index
+
+    def _term_id(self, term: str) -> int:
+        tid = self._term_ids.get(term)
+        if tid is None:
+            tid = len(self._terms)
+            self._term_ids[term] = tid
+            self._terms.append(term)
+            self._slots.append(np.zeros(0, dtype=np.int64))
+            self._tfs.append(np.zeros(0, dtype=np.float32))
+        return tid
+
+    def _postings(self, tid: int) -> tuple[Ints, Floats]:
+        pending = self._pending.pop(tid, None)
+        if pending is not None:
+            self._slots[tid] = np.concatenate([self._slots[tid], np.asarray(pending[0], dtype=np.int64)])
+            self._tfs[tid] = np.concatenate([self._tfs[tid], np.asarray(pending[1], dtype=np.float32)])
+        return self._slots[tid], self._tfs[tid]
+
+    def _merge_all_pending(self) -> None:
+        for tid in list(self._pending):
+            self._postings(tid)
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if needed <= len(self._doc_len):
+            return
+        capacity = max(needed, 2 * len(self._doc_len), 1024)
+        self._nums = _grow(self._nums, capacity)  # type: ignore[assignment]
+        self._doc_len = _grow(self._doc_len, capacity)  # type: ignore[assignment]
+        self._alive = _grow(self._alive, capacity)  # type: ignore[assignment]

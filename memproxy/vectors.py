@@ -1,0 +1,113 @@
+"""One scope's FAISS vectors, addressed by ``memories.num``.
+
+Invariants:
+- FAISS holds vectors under dense internal ids 0..ntotal-1; ``nums[internal]`` is the
+  memory number, or -1 once that vector is tombstoned (deleted or superseded).
+- At most one live internal id per num (``pos``). Exact search is ``IndexFlatIP`` on unit
+  vectors (cosine); above the HNSW threshold the same bookkeeping sits on ``IndexHNSWFlat``.
+- Tombstones instead of ``remove_ids``: HNSW cannot remove at all and a flat removal is
+  an O(n) memmove per delete; searches over-fetch and drop tombstones, and the set is
+  compacted (re-added from live vectors) once tombstones reach a fraction of the total.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 80
+HNSW_EF_SEARCH = 96
+
+
+def _new_faiss(dim: int, hnsw: bool) -> Any:
+    if not hnsw:
+        return faiss.IndexFlatIP(dim)
+    index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    index.hnsw.efSearch = HNSW_EF_SEARCH
+    return index
+
+
+class VectorSet:
+    def __init__(
+        self,
+        dim: int,
+        hnsw: bool = False,
+        index: Any = None,
+        nums: npt.NDArray[np.int64] | None = None,
+    ) -> None:
+        self.dim = dim
+        self.hnsw = hnsw
+        self.index = index if index is not None else _new_faiss(dim, hnsw)
+        self.nums: npt.NDArray[np.int64] = (
+            nums.astype(np.int64) if nums is not None else np.zeros(0, dtype=np.int64)
+        )
+        if len(self.nums) != self.index.ntotal:
+            raise ValueError("vector snapshot ids do not match the index size")
+        live = np.flatnonzero(self.nums >= 0)
+        self.pos: dict[int, int] = dict(zip(self.nums[live].tolist(), live.tolist(), strict=True))
+        self.dead = len(self.nums) - len(live)
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def __contains__(self, num: int) -> bool:
+        return num in self.pos
+
+    @property
+    def total(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, nums: list[int], vectors: npt.NDArray[np.float32]) -> None:
+        """Add (or replace) the vectors of ``nums``."""
+        if not nums:
+            return
+        for num in nums:
+            self.remove(num)
+        start = self.total
+        self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.nums = np.concatenate([self.nums, np.asarray(nums, dtype=np.int64)])
+        for offset, num in enumerate(nums):
+            self.pos[num] = start + offset
+
+    def remove(self, num: int) -> None:
+        internal = self.pos.pop(num, None)
+        if internal is not None:
+            self.nums[internal] = -1
+            self.dead += 1
+
+    def needs_compaction(self) -> bool:
+        return self.dead >= 64 and self.dead * 4 >= self.total
+
+    def compact(self, hnsw: bool | None = None) -> VectorSet:
+        """A new set holding only the live vectors (optionally switching index kind)."""
+        live = np.flatnonzero(self.nums >= 0)
+        target = VectorSet(self.dim, self.hnsw if hnsw is None else hnsw)
+        if len(live):
+            vectors = self.index.reconstruct_n(0, self.total)[live]
+            target.add(self.nums[live].tolist(), vectors)
+        return target
+
+    def search(self, vector: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+        """Top ``k`` live nums by inner product, best first."""
+        if k <= 0 or not self.pos or vector.shape[-1] != self.dim:
+            return []
+        query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
+        fetch = min(self.total, k + min(self.dead, 4 * k) + 8)
+        while True:
+            if self.hnsw:
+                self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, fetch)
+            scores, ids = self.index.search(query, fetch)
+            hits = [
+                (int(self.nums[i]), float(s))
+                for s, i in zip(scores[0], ids[0], strict=True)
+                if i >= 0 and self.nums[i] >= 0
+            ]
+            # Tombstones may have crowded out live hits: widen until we have k or all.
+            if len(hits) >= k or fetch >= self.total:
+                return hits[:k]
+            fetch = min(self.total, fetch * 4)
