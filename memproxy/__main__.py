@@ -1,0 +1,5 @@
+import sys
+
+from memproxy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""``POST /v1/chat/completions``: recall → forward through LiteLLM → relay → capture.
+
+Invariants:
+- The caller's body is never mutated; what is forwarded is a copy with, at most, one
+  injected system message (recall).
+- A streamed answer is relayed chunk by chunk as it arrives; nothing waits for the whole
+  answer. An error after the first byte is sent as a final ``data: {"error": …}`` event.
+- When the client goes away mid-stream, the upstream stream is closed (cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from memproxy.deps import CredentialDep, ServicesDep
+from memproxy.errors import ApiError
+from memproxy.request_body import read_json_object, validate_chat_body
+from memproxy.scope import parse_request_scope
+from memproxy.upstream import to_api_error
+
+log = logging.getLogger("memproxy.chat")
+
+router = APIRouter()
+
+# LiteLLM adds these to OpenAI's objects; they are not part of the API we promise.
+_LITELLM_ONLY_KEYS = frozenset({"provider_specific_fields"})
+
+
+def openai_json(obj: Any, *, exclude_none: bool = False) -> dict[str, Any]:
+    data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else dict(obj)
+    cleaned: dict[str, Any] = _strip(data)
+    return cleaned
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in _LITELLM_ONLY_KEYS}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+@router.post("/v1/chat/completions")
+@router.post("/chat/completions")
+async def chat_completions(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    body = await read_json_object(request, services.settings.server.max_body_bytes)
+    validate_chat_body(body)
+    request_scope = parse_request_scope(credential.tenant, dict(request.headers), body.get("user"))
+    forwarded = body
+    headers: dict[str, str] = {}
+    request.state.scope_info = request_scope
+    if body.get("stream"):
+        return await _stream(services, credential, forwarded, headers)
+    response = await services.upstream.chat(forwarded, credential)
+    return JSONResponse(openai_json(response), headers=headers)
+
+
+async def _stream(services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str]) -> Response:
+    # Errors before the first chunk (auth, rate limit, timeout) still get a real status code.
+    stream = await services.upstream.chat(forwarded, credential)
+    return StreamingResponse(
+        _relay(stream),
+        media_type="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _relay(stream: Any) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in stream:
+            yield b"data: " + json.dumps(openai_json(chunk, exclude_none=True)).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        error = to_api_error(exc) if not isinstance(exc, ApiError) else exc
+        log.warning("stream failed after it began: %s", error.message)
+        yield b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+    finally:
+        await close_stream(stream)
+
+
+async def close_stream(stream: Any) -> None:
+    """Close the upstream HTTP stream so the provider stops generating (and billing)."""
+    inner = getattr(stream, "completion_stream", None)
+    for candidate in (inner, getattr(inner, "response", None), stream):
+        closer = getattr(candidate, "aclose", None) or getattr(candidate, "close", None)
+        if closer is None:
+            continue
+        try:
+            result = closer()
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception:
+            log.debug("closing upstream stream failed", exc_info=True)
+        return
