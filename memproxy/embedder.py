@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import EmbeddingSettings, UpstreamSettings
+from memproxy.lexical import STOPWORDS
 
 Vectors = npt.NDArray[np.float32]
 
@@ -61,6 +62,8 @@ class HashEmbedder:
 
     def features(self, text: str) -> tuple[list[int], list[float]]:
         words = _WORD.findall(text.lower())
+        # Stopwords carry no topic and would make unrelated sentences look alike.
+        words = [w for w in words if w not in STOPWORDS] or words
         keys: list[str] = []
         weights: list[float] = []
         for word in words:

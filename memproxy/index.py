@@ -53,6 +53,8 @@ _INLINE_REPLAY_MAX = 32
 # ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
 # start at 1 because ``memories.num`` is AUTOINCREMENT and never reused).
 RESET_MARKER_NUM = 0
+# Exact searches over more vectors than this go to a thread (see bench/recall.py).
+_INLINE_SEARCH_MAX = 20_000
 
 
 class SnapshotError(Exception):
@@ -76,6 +78,13 @@ class LoadedScope:
     @property
     def held_vectors(self) -> int:
         return self.vectors.total if self.vectors is not None else 0
+
+
+@dataclass
+class Candidates:
+    vector: list[tuple[int, float]]  # (num, cosine), best first
+    lexical: list[tuple[int, float]]  # (num, BM25), best first
+    term_idf: dict[str, float]  # IDF of the query terms known to the scope
 
 
 @dataclass
@@ -161,17 +170,22 @@ class IndexManager:
         return sum(entry.held_vectors for entry in self._scopes.values())
 
     async def search(
-        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, k_vec: int, k_lex: int
-    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-        """Vector and BM25 candidates ``(num, score)`` of a scope, after catching up."""
+        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, k: int
+    ) -> Candidates:
+        """Up to ``k`` vector and ``k`` BM25 candidates of a scope, after catching up."""
         entry = await self._get(scope)
         async with entry.lock:
             await self._catch_up(entry)
+            vectors = entry.vectors
             vec_hits: list[tuple[int, float]] = []
-            if vector is not None and entry.vectors is not None:
-                vec_hits = entry.vectors.search(vector, k_vec)
-            lex_hits = entry.lexical.search(query, k_lex)
-        return vec_hits, lex_hits
+            if vector is not None and vectors is not None:
+                if vectors.total > _INLINE_SEARCH_MAX:
+                    vec_hits = await asyncio.to_thread(vectors.search, vector, k)
+                else:
+                    vec_hits = vectors.search(vector, k)
+            lex_hits = entry.lexical.search(query, k)
+            term_idf = entry.lexical.term_idf(query)
+        return Candidates(vec_hits, lex_hits, term_idf)
 
     async def sync(self, scope: Scope) -> LoadedScope:
         """Load the scope if needed and replay the change log into it."""

@@ -103,21 +103,31 @@ class LexicalIndex:
         if self._dead >= _COMPACT_MIN_DEAD and self._dead * 4 >= self._n_slots:
             self.compact()
 
+    def term_idf(self, query: str) -> dict[str, float]:
+        """IDF of each query term present in at least one live document."""
+        n_docs = len(self._slot_of)
+        alive = self._alive[: self._n_slots]
+        weights: dict[str, float] = {}
+        for term in set(tokenize(query)):
+            tid = self._term_ids.get(term)
+            if tid is None:
+                continue
+            df = int(np.count_nonzero(alive[self._postings(tid)[0]]))
+            if df:
+                weights[term] = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        return weights
+
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """Top ``k`` documents by BM25 score (only documents sharing a query term)."""
         n_docs = len(self._slot_of)
-        tids = [self._term_ids[t] for t in set(tokenize(query)) if t in self._term_ids]
-        if not tids or n_docs == 0 or k <= 0:
+        term_idf = self.term_idf(query)
+        if not term_idf or n_docs == 0 or k <= 0:
             return []
         avgdl = max(self._total_len / n_docs, 1e-9)
         alive = self._alive[: self._n_slots]
         scores = np.zeros(self._n_slots, dtype=np.float32)
-        for tid in tids:
-            slots, tfs = self._postings(tid)
-            df = int(np.count_nonzero(alive[slots]))
-            if df == 0:
-                continue
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        for term, idf in term_idf.items():
+            slots, tfs = self._postings(self._term_ids[term])
             norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
             scores[slots] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
         scores[~alive] = 0.0
