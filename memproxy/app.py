@@ -15,11 +15,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy import chat, openai_routes
-from memproxy.auth import Authenticator
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
-from memproxy.services import Services
-from memproxy.upstream import Upstream
+from memproxy.services import open_services, reembed_in_background, snapshot_periodically
 
 log = logging.getLogger("memproxy")
 
@@ -86,13 +84,17 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = Services(settings=settings, auth=Authenticator(settings.auth), upstream=Upstream(settings.upstream))
+        services = await open_services(settings)
         app.state.services = services
-        services.ready = True
         try:
+            stale = await services.store.start()
+            services.start_task("snapshots", lambda: snapshot_periodically(services))
+            if stale:
+                services.start_task("reembed", lambda: reembed_in_background(services))
+            services.ready = True
             yield
         finally:
-            services.ready = False
+            await services.close()
 
     app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(chat.router)

@@ -1,16 +1,37 @@
-"""The long-lived parts of one running app, built in ``app.lifespan`` and torn down there.
+"""The long-lived parts of one running app, opened in ``app.lifespan`` and closed there.
 
-Invariant: nothing here exists before the lifespan starts; routes reach it through
-``deps`` (``request.app.state.services``), never through module globals.
+Invariants:
+- Nothing here exists before the lifespan starts; routes reach it through ``deps``
+  (``request.app.state.services``), never through module globals.
+- Every background task is owned by ``Services.tasks``: started after the parts it uses
+  are open, cancelled and awaited in ``close`` before those parts close.
+- On close, index snapshots are written before the database closes, so a clean restart
+  loads snapshots instead of rebuilding.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
+from memproxy.db import Database
+from memproxy.embedder import Embedder, make_embedder
+from memproxy.index import IndexManager
+from memproxy.store import MemoryStore
 from memproxy.upstream import Upstream
+
+log = logging.getLogger("memproxy.services")
+
+DB_FILENAME = "memproxy.sqlite3"
+
+
+def database_path(data_dir: Path) -> Path:
+    return Path(data_dir) / DB_FILENAME
 
 
 @dataclass
@@ -18,6 +39,91 @@ class Services:
     settings: Settings
     auth: Authenticator
     upstream: Upstream
-    # Flipped by the lifespan once every part has started; read by /readyz.
+    db: Database
+    embedder: Embedder
+    index: IndexManager
+    store: MemoryStore
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Flipped once every part has started; read by /readyz.
     ready: bool = False
-    background_errors: list[str] = field(default_factory=list)
+
+    def start_task(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as an owned background task; a crash is logged and shows in /readyz."""
+
+        async def guarded() -> None:
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background task %s failed", name)
+                raise
+
+        self.tasks[name] = asyncio.create_task(guarded(), name=f"memproxy-{name}")
+
+    def health_problems(self) -> list[str]:
+        problems = [
+            f"task {name} failed"
+            for name, task in self.tasks.items()
+            if task.done() and not task.cancelled() and task.exception() is not None
+        ]
+        if not self.db.is_open:
+            problems.append("database closed")
+        return problems
+
+    async def stop_tasks(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        for name, task in self.tasks.items():
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # noqa: BLE001 - already logged by ``guarded``
+                log.debug("task %s had failed", name)
+        self.tasks.clear()
+
+    async def close(self) -> None:
+        self.ready = False
+        await self.stop_tasks()
+        try:
+            await self.index.snapshot_dirty()
+        finally:
+            await self.db.close()
+
+
+async def open_services(settings: Settings) -> Services:
+    """Open the database and build every part; the caller starts background work."""
+    db = Database(database_path(settings.storage.data_dir))
+    await db.open()
+    try:
+        embedder = make_embedder(settings.embedding, settings.upstream)
+        index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
+        store = MemoryStore(db, embedder, index)
+        return Services(
+            settings=settings,
+            auth=Authenticator(settings.auth),
+            upstream=Upstream(settings.upstream),
+            db=db,
+            embedder=embedder,
+            index=index,
+            store=store,
+        )
+    except BaseException:
+        await db.close()
+        raise
+
+
+async def snapshot_periodically(services: Services) -> None:
+    interval = services.settings.index.snapshot_interval_s
+    while True:
+        await asyncio.sleep(interval)
+        written = await services.index.snapshot_dirty()
+        if written:
+            log.info("wrote %d index snapshot(s)", written)
+
+
+async def reembed_in_background(services: Services) -> None:
+    done = await services.store.reembed_stale()
+    if done:
+        log.info("re-embedded %d memories with %s", done, services.embedder.identity)
