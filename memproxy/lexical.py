@@ -104,29 +104,37 @@ class LexicalIndex:
             self.compact()
 
     def term_idf(self, query: str) -> dict[str, float]:
-        """IDF of each query term present in at least one live document."""
+        """IDF of each query term; a term no document has is weighted as if one had it.
+
+        (Ignoring unknown terms would let a memory matching one word of a long question
+        look like a full match; counting them as rare keeps coverage honest.)
+        """
+        return {term: self._idf(df) for term, df in self._query_dfs(query).items()}
+
+    def _idf(self, df: int) -> float:
         n_docs = len(self._slot_of)
+        df = max(df, 1)
+        return math.log(1.0 + max(n_docs - df + 0.5, 0.0) / (df + 0.5))
+
+    def _query_dfs(self, query: str) -> dict[str, int]:
         alive = self._alive[: self._n_slots]
-        weights: dict[str, float] = {}
+        dfs: dict[str, int] = {}
         for term in set(tokenize(query)):
             tid = self._term_ids.get(term)
-            if tid is None:
-                continue
-            df = int(np.count_nonzero(alive[self._postings(tid)[0]]))
-            if df:
-                weights[term] = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        return weights
+            dfs[term] = 0 if tid is None else int(np.count_nonzero(alive[self._postings(tid)[0]]))
+        return dfs
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """Top ``k`` documents by BM25 score (only documents sharing a query term)."""
         n_docs = len(self._slot_of)
-        term_idf = self.term_idf(query)
-        if not term_idf or n_docs == 0 or k <= 0:
+        matched = {term: df for term, df in self._query_dfs(query).items() if df > 0}
+        if not matched or n_docs == 0 or k <= 0:
             return []
         avgdl = max(self._total_len / n_docs, 1e-9)
         alive = self._alive[: self._n_slots]
         scores = np.zeros(self._n_slots, dtype=np.float32)
-        for term, idf in term_idf.items():
+        for term, df in matched.items():
+            idf = self._idf(df)
             slots, tfs = self._postings(self._term_ids[term])
             norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
             scores[slots] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
