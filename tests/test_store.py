@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import time
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_keyword_only_match_is_found(tmp_path: Path) -> None:
             results = await store.search(ALICE, "when will zx-4471 arrive", top_k=3)
             assert results[0][0].id == target.id
             assert 0.0 < results[0][1] <= 1.0
-            assert all(a[1] >= b[1] for a, b in zip(results, results[1:], strict=False))
+            assert all(a[1] >= b[1] for a, b in itertools.pairwise(results))
             assert await store.search(ALICE, "when will zx-4471 arrive", top_k=3, min_score=0.99) == []
 
     asyncio.run(body())
