@@ -14,9 +14,11 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy import chat, openai_routes
+from memproxy import chat, metrics, openai_routes
+from memproxy.access_log import AccessLogMiddleware
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
+from memproxy.metrics import Metrics
 from memproxy.services import open_services, reembed_in_background, snapshot_periodically
 
 log = logging.getLogger("memproxy")
@@ -82,9 +84,12 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings) -> FastAPI:
+    # Per app, not prometheus-client's global registry: tests run several apps in one process.
+    app_metrics = Metrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = await open_services(settings)
+        services = await open_services(settings, metrics=app_metrics)
         app.state.services = services
         try:
             stale = await services.store.start()
@@ -99,9 +104,13 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(chat.router)
     app.include_router(openai_routes.router)
+    app.include_router(metrics.router)
+    app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
     app.add_exception_handler(Exception, _on_unexpected)
+    # Added first so it runs inside RequestIdMiddleware and sees the request id.
+    app.add_middleware(AccessLogMiddleware, server=settings.server, metrics=app_metrics)
     app.add_middleware(RequestIdMiddleware)
     return app

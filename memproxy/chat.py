@@ -58,13 +58,15 @@ async def chat_completions(request: Request, credential: CredentialDep, services
     request.state.scope_info = request_scope
     if body.get("stream"):
         return await _stream(services, credential, forwarded, headers)
-    response = await services.upstream.chat(forwarded, credential)
+    with services.metrics.time_upstream(streamed=False):
+        response = await services.upstream.chat(forwarded, credential)
     return JSONResponse(openai_json(response), headers=headers)
 
 
 async def _stream(services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str]) -> Response:
     # Errors before the first chunk (auth, rate limit, timeout) still get a real status code.
-    stream = await services.upstream.chat(forwarded, credential)
+    with services.metrics.time_upstream(streamed=True):
+        stream = await services.upstream.chat(forwarded, credential)
     return StreamingResponse(
         _relay(stream),
         media_type="text/event-stream",

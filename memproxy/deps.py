@@ -20,7 +20,10 @@ def get_services(request: Request) -> Services:
 
 
 def get_credential(request: Request, services: Annotated[Services, Depends(get_services)]) -> Credential:
-    return services.auth.authenticate(request.headers.get("authorization"))
+    credential = services.auth.authenticate(request.headers.get("authorization"))
+    # For the access log: the tenant only ever appears there as this short hash.
+    request.state.tenant_hash = credential.tenant_hash
+    return credential
 
 
 def get_request_id(request: Request) -> str:

@@ -22,6 +22,7 @@ from memproxy.config import Settings
 from memproxy.db import Database
 from memproxy.embedder import Embedder, make_embedder
 from memproxy.index import IndexManager
+from memproxy.metrics import Metrics
 from memproxy.store import MemoryStore
 from memproxy.upstream import Upstream
 
@@ -43,6 +44,7 @@ class Services:
     embedder: Embedder
     index: IndexManager
     store: MemoryStore
+    metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # Flipped once every part has started; read by /readyz.
     ready: bool = False
@@ -92,7 +94,7 @@ class Services:
             await self.db.close()
 
 
-async def open_services(settings: Settings) -> Services:
+async def open_services(settings: Settings, metrics: Metrics | None = None) -> Services:
     """Open the database and build every part; the caller starts background work."""
     db = Database(database_path(settings.storage.data_dir))
     await db.open()
@@ -108,6 +110,7 @@ async def open_services(settings: Settings) -> Services:
             embedder=embedder,
             index=index,
             store=store,
+            metrics=metrics or Metrics(),
         )
     except BaseException:
         await db.close()

@@ -1,0 +1,147 @@
+"""Prometheus metrics of one running app, and the ``GET /metrics`` route.
+
+Invariants:
+- Every metric lives in the app's own ``CollectorRegistry`` (made in ``create_app``), never
+  in prometheus-client's process-wide default registry, so several apps in one process
+  (the tests do this) neither collide nor mix their numbers.
+- Label values come from small fixed sets (route templates, status codes, ``true``/``false``,
+  job statuses); no request-controlled string becomes a label, so cardinality is bounded.
+- Gauges that mirror state held elsewhere (jobs by status, loaded index scopes, held
+  vectors) are refreshed at scrape time from their source, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from memproxy.services import Services
+
+JOB_STATUSES = ("pending", "running", "done", "dead")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_RECALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
+
+router = APIRouter()
+
+
+class Metrics:
+    """The app's instruments; other modules call the small methods, never the raw metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "memproxy_requests", "HTTP requests by route template, status code and whether the answer was streamed",
+            ["route", "method", "status", "streamed"], registry=r)
+        self.request_seconds = Histogram(
+            "memproxy_request_duration_seconds", "Whole-request latency, until the last byte was sent",
+            ["route", "streamed"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.recall_seconds = Histogram(
+            "memproxy_recall_duration_seconds", "Time spent recalling memories for one chat request",
+            buckets=_RECALL_BUCKETS, registry=r)
+        self.upstream_seconds = Histogram(
+            "memproxy_upstream_duration_seconds",
+            "Upstream chat call: the whole answer, or until the stream opened when streaming",
+            ["streamed"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.recalled = Histogram(
+            "memproxy_recalled_memories", "Memories injected into one chat request",
+            buckets=_COUNT_BUCKETS, registry=r)
+        self.capture_failures = Counter(
+            "memproxy_capture_failures", "Chat turns that should have been captured but could not be queued",
+            registry=r)
+        self.jobs = Gauge("memproxy_jobs", "Outbox jobs by status", ["status"], registry=r)
+        self.extraction_attempts = Counter(
+            "memproxy_extraction_attempts", "Extraction calls by outcome", ["outcome"], registry=r)
+        self.extraction_tokens = Counter(
+            "memproxy_extraction_tokens", "Tokens spent on extraction calls", ["kind"], registry=r)
+        self.index_scopes = Gauge("memproxy_index_scopes_loaded", "Scopes whose vector index is in memory",
+                                  registry=r)
+        self.index_vectors = Gauge("memproxy_index_vectors_held", "Memory vectors held in loaded indexes",
+                                   registry=r)
+
+    # -- called from the request path -----------------------------------------------------
+    def observe_request(self, route: str, method: str, status: int, streamed: bool, seconds: float) -> None:
+        flag = "true" if streamed else "false"
+        self.requests.labels(route, method, str(status), flag).inc()
+        self.request_seconds.labels(route, flag).observe(seconds)
+
+    def observe_recalled(self, count: int) -> None:
+        self.recalled.observe(count)
+
+    @contextmanager
+    def time_recall(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.recall_seconds.observe(time.perf_counter() - started)
+
+    @contextmanager
+    def time_upstream(self, streamed: bool) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.upstream_seconds.labels("true" if streamed else "false").observe(time.perf_counter() - started)
+
+    def capture_failed(self) -> None:
+        self.capture_failures.inc()
+
+    # -- called from the worker -----------------------------------------------------------
+    def extraction_attempt(self, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        """One extraction call finished (``ok``) or failed; tokens as the provider reported them."""
+        self.extraction_attempts.labels("ok" if ok else "failed").inc()
+        if prompt_tokens:
+            self.extraction_tokens.labels("prompt").inc(prompt_tokens)
+        if completion_tokens:
+            self.extraction_tokens.labels("completion").inc(completion_tokens)
+
+    # -- scrape -----------------------------------------------------------------------------
+    async def refresh(self, services: Services) -> None:
+        """Copy state kept elsewhere into the gauges, just before a scrape."""
+        if services.db.is_open:
+            counts = await services.db.run(count_jobs_by_status)
+            for status in JOB_STATUSES:
+                self.jobs.labels(status).set(counts.get(status, 0))
+        self.index_scopes.set(services.index.loaded_scopes())
+        self.index_vectors.set(services.index.held_vectors())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def count_jobs_by_status(conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+    return {str(status): int(count) for status, count in rows}
+
+
+def app_metrics(request: Request) -> Metrics | None:
+    metrics: Metrics | None = getattr(request.app.state, "metrics", None)
+    return metrics
+
+
+@router.get("/metrics")
+async def metrics_endpoint(request: Request) -> Response:
+    metrics = app_metrics(request)
+    if metrics is None:
+        return Response(b"", media_type=CONTENT_TYPE_LATEST)
+    services = getattr(request.app.state, "services", None)
+    if services is not None:
+        await metrics.refresh(services)
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

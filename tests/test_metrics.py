@@ -1,0 +1,83 @@
+"""``GET /metrics``: Prometheus text that parses, and counters/histograms that move."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import Proxy
+
+
+def scrape(proxy: Proxy) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = httpx.get(proxy.url + "/metrics", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy: Proxy) -> None:
+    before = scrape(proxy)
+    client = proxy.client(**{"X-Memproxy-User-Id": "metrics-" + uuid.uuid4().hex[:8]})
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    list(client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                        stream=True))
+    try:
+        client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "hi"}])
+    except Exception:  # noqa: BLE001 - the 429 itself is what we count
+        pass
+    after = scrape(proxy)
+
+    route = "/v1/chat/completions"
+    plain = {"route": route, "method": "POST", "status": "200", "streamed": "false"}
+    streamed = {**plain, "streamed": "true"}
+    limited = {**plain, "status": "429"}
+    for labels in (plain, streamed, limited):
+        assert value(after, "memproxy_requests_total", **labels) == value(before, "memproxy_requests_total", **labels) + 1
+
+    for flag in ("true", "false"):
+        count = "memproxy_request_duration_seconds_count"
+        assert value(after, count, route=route, streamed=flag) > value(before, count, route=route, streamed=flag)
+        up = "memproxy_upstream_duration_seconds_count"
+        assert value(after, up, streamed=flag) > value(before, up, streamed=flag)
+    assert value(after, "memproxy_upstream_duration_seconds_sum", streamed="false") > 0
+
+
+def test_unknown_paths_share_one_route_label(proxy: Proxy) -> None:
+    path = "/no-such-" + uuid.uuid4().hex
+    assert httpx.get(proxy.url + path, timeout=10).status_code == 404
+    samples = scrape(proxy)
+    assert not any(path in str(key) for key in samples)
+    assert value(samples, "memproxy_requests_total", route="(unmatched)", method="GET", status="404",
+                 streamed="false") >= 1
+
+
+def test_gauges_mirror_jobs_and_index_state(proxy: Proxy) -> None:
+    samples = scrape(proxy)
+    for status in ("pending", "running", "done", "dead"):
+        assert ("memproxy_jobs", (("status", status),)) in samples
+    assert ("memproxy_index_scopes_loaded", ()) in samples
+    assert ("memproxy_index_vectors_held", ()) in samples
+    for name in ("memproxy_capture_failures_total", "memproxy_recall_duration_seconds_count",
+                 "memproxy_recalled_memories_count"):
+        assert (name, ()) in samples
+
+
+def test_each_app_has_its_own_registry(proxy: Proxy, keys_proxy: Proxy) -> None:
+    before_keys = scrape(keys_proxy)
+    for _ in range(3):
+        httpx.get(proxy.url + "/healthz", timeout=10)
+    after_keys = scrape(keys_proxy)
+    labels = {"route": "/healthz", "method": "GET", "status": "200", "streamed": "false"}
+    assert value(after_keys, "memproxy_requests_total", **labels) == value(before_keys, "memproxy_requests_total",
+                                                                             **labels)
+    assert value(scrape(proxy), "memproxy_requests_total", **labels) >= 3
