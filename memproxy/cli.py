@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,18 +26,28 @@ def load(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from memproxy.access_log import configure_logging
     from memproxy.app import create_app
 
     settings = load(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(settings.server)
+    # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
+    # process with -SIGTERM; a clean, graceful shutdown should exit 0.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.run(
         create_app(settings),
         host=settings.server.host,
         port=settings.server.port,
         log_level="warning",
-        timeout_graceful_shutdown=int(settings.server.shutdown_grace_s) or None,
+        timeout_graceful_shutdown=math.ceil(settings.server.shutdown_grace_s),
     )
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from memproxy.demo import run_demo
+
+    return run_demo()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.set_defaults(func=cmd_serve)
+    demo = sub.add_parser("demo", help="offline demo: a memory captured in one chat, recalled in the next")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 

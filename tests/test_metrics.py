@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Proxy
@@ -31,10 +33,8 @@ def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy:
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
     list(client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
                                         stream=True))
-    try:
+    with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "hi"}])
-    except Exception:  # noqa: BLE001 - the 429 itself is what we count
-        pass
     after = scrape(proxy)
 
     route = "/v1/chat/completions"
