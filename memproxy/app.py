@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy import chat, metrics, openai_routes
+from memproxy import chat, memories_api, metrics, openai_routes
 from memproxy.access_log import AccessLogMiddleware
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
@@ -104,6 +104,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(chat.router)
     app.include_router(openai_routes.router)
+    app.include_router(memories_api.router)
     app.include_router(metrics.router)
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)
