@@ -94,6 +94,8 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             stale = await services.store.start()
             services.start_task("snapshots", lambda: snapshot_periodically(services))
+            # Tokenizers take ~0.2 s to load; warm them so the first recall does not wait.
+            services.start_task("tokenizers", services.recaller.tokenizers.warm)
             if stale:
                 services.start_task("reembed", lambda: reembed_in_background(services))
             services.ready = True

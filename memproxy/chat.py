@@ -21,8 +21,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memproxy.deps import CredentialDep, ServicesDep
 from memproxy.errors import ApiError
+from memproxy.recall import ERROR_HEADER as RECALL_ERROR_HEADER
+from memproxy.recall import RECALLED_HEADER
 from memproxy.request_body import read_json_object, validate_chat_body
-from memproxy.scope import parse_request_scope
+from memproxy.scope import RequestScope, parse_request_scope
+from memproxy.services import Services
 from memproxy.upstream import to_api_error
 
 log = logging.getLogger("memproxy.chat")
@@ -53,14 +56,28 @@ async def chat_completions(request: Request, credential: CredentialDep, services
     body = await read_json_object(request, services.settings.server.max_body_bytes)
     validate_chat_body(body)
     request_scope = parse_request_scope(credential.tenant, dict(request.headers), body.get("user"))
-    forwarded = body
-    headers: dict[str, str] = {}
+    forwarded, headers = await _recall(services, body, request_scope)
     request.state.scope_info = request_scope
     if body.get("stream"):
         return await _stream(services, credential, forwarded, headers)
     with services.metrics.time_upstream(streamed=False):
         response = await services.upstream.chat(forwarded, credential)
     return JSONResponse(openai_json(response), headers=headers)
+
+
+async def _recall(
+    services: Services, body: dict[str, Any], request_scope: RequestScope
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body to forward (with memories when recall is on) and the recall headers."""
+    if not (request_scope.memory_on and request_scope.recall):
+        return body, {RECALLED_HEADER: "0"}
+    with services.metrics.time_recall():
+        forwarded, recalled, error = await services.recaller.prepare(body, request_scope)
+    services.metrics.observe_recalled(recalled)
+    headers = {RECALLED_HEADER: str(recalled)}
+    if error is not None:
+        headers[RECALL_ERROR_HEADER] = error
+    return forwarded, headers
 
 
 async def _stream(services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str]) -> Response:

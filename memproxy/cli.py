@@ -44,10 +44,86 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Only the extraction worker, on the same data dir as a ``serve`` (whose worker may be off)."""
+    import asyncio
+
+    from memproxy.access_log import configure_logging
+    from memproxy.worker import run_standalone
+
+    settings = load(args)
+    configure_logging(settings.server)
+    asyncio.run(run_standalone(settings))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from memproxy.demo import run_demo
 
     return run_demo()
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from memproxy.maintenance import OperatorError, reindex
+
+    try:
+        result = asyncio.run(reindex(load(args), args.scope))
+    except OperatorError as exc:
+        print(f"memproxy: {exc}", file=sys.stderr)
+        return 2
+    print(f"reindexed {result.memories} memories in {result.scopes} scope(s); re-embedded {result.reembedded}; "
+          f"removed {result.orphan_snapshots_removed} orphan snapshot(s)", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from memproxy.maintenance import export_jsonl
+
+    data = asyncio.run(export_jsonl(load(args), args.tenant, args.user_id, args.agent_id))
+    if args.out and args.out != "-":
+        Path(args.out).write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from memproxy.maintenance import OperatorError, import_jsonl
+
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    try:
+        result = asyncio.run(import_jsonl(load(args), args.tenant, raw))
+    except OperatorError as exc:
+        print(f"memproxy: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {result['imported']}, skipped {result['skipped']}", file=sys.stderr)
+    return 0
+
+
+def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """reindex/export/import: work on the data dir of the config directly (see ``maintenance``)."""
+    reindex = sub.add_parser("reindex", help="rebuild index snapshots from SQLite (with a progress bar)")
+    reindex.add_argument("--scope", help="only this scope key (a snapshot file's name without .faiss)")
+    reindex.set_defaults(func=cmd_reindex)
+    export = sub.add_parser("export", help="write a tenant's memories as JSON Lines")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user-id")
+    export.add_argument("--agent-id")
+    export.add_argument("--out", help="output file (default: stdout)")
+    export.set_defaults(func=cmd_export)
+    imp = sub.add_parser("import", help="import JSON Lines into a tenant (texts are re-embedded)")
+    imp.add_argument("--tenant", required=True)
+    imp.add_argument("file", help="JSON Lines file, or - for stdin")
+    imp.set_defaults(func=cmd_import)
+    for command in (reindex, export, imp):
+        command.add_argument("--config", help="path to config.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     demo = sub.add_parser("demo", help="offline demo: a memory captured in one chat, recalled in the next")
     demo.set_defaults(func=cmd_demo)
+    worker = sub.add_parser("worker", help="run only the extraction worker (same data dir as serve)")
+    worker.add_argument("--config", help="path to config.yaml")
+    worker.set_defaults(func=cmd_worker)
+    _add_operator_commands(sub)
     return parser
 
 

@@ -5,7 +5,7 @@ proxy's own request path. Behaviour is chosen per request by the model name, so
 concurrent tests do not step on each other:
 
 - ``fail-500`` / ``fail-429`` / ``fail-401`` / ``fail-403`` / ``fail-404``: an OpenAI error
-- ``hang``: never answers (for timeouts)
+- ``hang``: never answers (for timeouts; chat and embeddings)
 - ``drop``: streams two chunks, then cuts the connection
 - ``slow``: 50 ms between streamed chunks
 - ``tools``: answers with a tool call
@@ -96,6 +96,8 @@ class ScriptedUpstream:
         body = await self._record(request)
         if (failure := _failure(str(body.get("model", "")))) is not None:
             return failure
+        if "hang" in str(body.get("model", "")):
+            await _hang(request)
         inputs = body.get("input", [])
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         data = [{"object": "embedding", "index": i, "embedding": embed(str(t))} for i, t in enumerate(texts)]
@@ -109,7 +111,7 @@ class ScriptedUpstream:
         if (failure := _failure(model)) is not None:
             return failure
         if "hang" in model:
-            await asyncio.sleep(3600)
+            await _hang(request)
         if is_extraction(body):
             answer = self.canned.popleft() if self.canned else (self.extractor or _no_facts)(body)
             return JSONResponse(_completion(body, answer, None))
@@ -141,6 +143,14 @@ class ScriptedUpstream:
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled_streams += 1
             raise
+
+
+async def _hang(request: Request) -> None:
+    """Never answer, but notice the caller giving up, so shutting down does not wait on us."""
+    for _ in range(72_000):  # an hour in 50 ms steps
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(0.05)
 
 
 def is_extraction(body: dict[str, Any]) -> bool:

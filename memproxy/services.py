@@ -23,6 +23,7 @@ from memproxy.db import Database
 from memproxy.embedder import Embedder, make_embedder
 from memproxy.index import IndexManager
 from memproxy.metrics import Metrics
+from memproxy.recall import Recaller
 from memproxy.store import MemoryStore
 from memproxy.upstream import Upstream
 
@@ -44,6 +45,7 @@ class Services:
     embedder: Embedder
     index: IndexManager
     store: MemoryStore
+    recaller: Recaller
     metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # Flipped once every part has started; read by /readyz.
@@ -88,6 +90,7 @@ class Services:
     async def close(self) -> None:
         self.ready = False
         await self.stop_tasks()
+        await self.recaller.close()
         try:
             await self.index.snapshot_dirty()
         finally:
@@ -110,6 +113,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             embedder=embedder,
             index=index,
             store=store,
+            recaller=Recaller(store, embedder, settings.recall, settings.upstream),
             metrics=metrics or Metrics(),
         )
     except BaseException:
