@@ -120,7 +120,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             memory_num INTEGER NOT NULL,
             op TEXT NOT NULL CHECK (op IN ('upsert', 'delete'))
         );
-        CREATE INDEX changes_scope_seq ON changes (scope_key, seq);
+        CREATE INDEX changes_scope_seq ON changes (tenant, scope_key, seq);
 
         CREATE TABLE meta (
             key TEXT PRIMARY KEY,

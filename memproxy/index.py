@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import io
-import json
 import logging
-import os
 import sqlite3
 import time
-import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,16 +34,16 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from memproxy import snapshot as snapshot_file
 from memproxy.config import IndexSettings
 from memproxy.embedder import Embedder
 from memproxy.lexical import LexicalIndex
 from memproxy.scope import Scope
+from memproxy.snapshot import SnapshotError
 from memproxy.vectors import VectorSet
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 1
-MAGIC = b"MEMPROXY-INDEX\n"
 # Replays of more changes than this are applied in a thread instead of inline.
 _INLINE_REPLAY_MAX = 32
 # ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
@@ -55,10 +51,6 @@ _INLINE_REPLAY_MAX = 32
 RESET_MARKER_NUM = 0
 # Exact searches over more vectors than this go to a thread (see bench/recall.py).
 _INLINE_SEARCH_MAX = 20_000
-
-
-class SnapshotError(Exception):
-    """A snapshot that cannot be used (corrupt, other embedder, other format)."""
 
 
 @dataclass
@@ -204,7 +196,7 @@ class IndexManager:
             if not entry.dirty or entry.dropped:
                 return False
             payload = await asyncio.to_thread(self._encode, entry)
-            await asyncio.to_thread(_write_atomic, self.snapshot_path(key), payload)
+            await asyncio.to_thread(snapshot_file.write_atomic, self.snapshot_path(key), payload)
             entry.snapshot_seq = entry.seq
         return True
 
@@ -234,9 +226,16 @@ class IndexManager:
         await self.snapshot(scope)
         return entry
 
+    async def unload(self, scope: Scope | str, *, snapshot: bool = True) -> None:
+        """Drop a scope from memory (after snapshotting it, unless told not to)."""
+        key = scope if isinstance(scope, str) else scope.key
+        if snapshot:
+            await self.snapshot(key)
+        self._scopes.pop(key, None)
+
     async def unload_all(self) -> None:
-        await self.snapshot_dirty()
-        self._scopes.clear()
+        for key in list(self._scopes):
+            await self.unload(key)
 
     async def _get(self, scope: Scope) -> LoadedScope:
         entry = self._scopes.get(scope.key)
@@ -340,48 +339,48 @@ class IndexManager:
             if key == keep:
                 self._scopes.move_to_end(key)
                 key = next(iter(self._scopes))
-            await self.snapshot(key)  # so reloading it is cheap; skipped when clean
-            self._scopes.pop(key, None)
+            await self.unload(key)  # snapshots first, so reloading it is cheap
             log.info("unloaded index of scope %s (memory bound)", key[:12])
 
-    def _encode(self, entry: LoadedScope) -> bytes:
-        arrays: dict[str, npt.NDArray[Any]] = dict(entry.lexical.to_arrays())
+    def _encode(self, entry: LoadedScope) -> list[bytes | memoryview]:
+        arrays = dict(entry.lexical.to_arrays())
         dim, kind = 0, "none"
-        if entry.vectors is not None:
-            if entry.vectors.needs_compaction():
-                entry.vectors = entry.vectors.compact()
-            arrays["faiss"] = faiss.serialize_index(entry.vectors.index)
-            arrays["vec_nums"] = entry.vectors.nums
-            dim, kind = entry.vectors.dim, "hnsw" if entry.vectors.hnsw else "flat"
-        buffer = io.BytesIO()
-        np.savez(buffer, allow_pickle=False, **arrays)
-        payload = buffer.getvalue()
-        header = {"version": SNAPSHOT_VERSION, "identity": self.identity, "dim": dim, "kind": kind,
-                  "seq": entry.seq, "scope_key": entry.scope.key}  # fmt: skip
-        head = json.dumps(header, sort_keys=True).encode()
-        digest = hashlib.sha256(head + b"\n" + payload).hexdigest()
-        return MAGIC + head + b"\n" + digest.encode() + b"\n" + payload
+        vectors = entry.vectors
+        if vectors is not None:
+            if vectors.needs_compaction():
+                entry.vectors = vectors = vectors.compact()
+            dim, kind = vectors.dim, "hnsw" if vectors.hnsw else "flat"
+            arrays["vec_nums"] = vectors.nums
+            if vectors.hnsw:  # the graph is costly to rebuild: keep FAISS's own encoding
+                arrays["faiss"] = faiss.serialize_index(vectors.index)
+            else:  # raw rows load with one memcpy
+                arrays["vectors"] = vectors.index.reconstruct_n(0, vectors.total).reshape(-1, dim)
+        header = {"identity": self.identity, "dim": dim, "kind": kind, "seq": entry.seq,
+                  "scope_key": entry.scope.key}  # fmt: skip
+        return snapshot_file.encode(header, arrays)
 
     def _decode_file(self, scope: Scope, path: Path) -> LoadedScope:
-        data = path.read_bytes()
-        if not data.startswith(MAGIC):
-            raise SnapshotError("bad magic")
-        head, digest, payload = data[len(MAGIC) :].split(b"\n", 2)
-        if hashlib.sha256(head + b"\n" + payload).hexdigest().encode() != digest:
-            raise SnapshotError("checksum mismatch")
-        header = json.loads(head)
-        if header.get("version") != SNAPSHOT_VERSION or header.get("scope_key") != scope.key:
-            raise SnapshotError("other format version or scope")
+        return snapshot_file.load(path, lambda *parts: self._from_snapshot(scope, *parts))
+
+    def _from_snapshot(
+        self, scope: Scope, header: dict[str, Any], arrays: snapshot_file.Arrays, wait_verified: Callable[[], None]
+    ) -> LoadedScope:
+        if header.get("scope_key") != scope.key:
+            raise SnapshotError("snapshot of another scope")
         if header.get("identity") != self.identity:
             raise SnapshotError(f"embedder changed from {header.get('identity')}")
-        if self.embedder.dim and header["dim"] and header["dim"] != self.embedder.dim:
+        dim = int(header["dim"])
+        if self.embedder.dim and dim and dim != self.embedder.dim:
             raise SnapshotError("dimension changed")
-        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
         vectors = None
-        if header["kind"] != "none":
-            index = faiss.deserialize_index(arrays["faiss"])
-            vectors = VectorSet(header["dim"], header["kind"] == "hnsw", index, arrays["vec_nums"])
+        if header["kind"] == "hnsw":
+            wait_verified()  # FAISS's own parser is not safe on corrupt bytes
+            index = faiss.deserialize_index(np.array(arrays["faiss"]))
+            vectors = VectorSet(dim, True, index, arrays["vec_nums"])
+        elif header["kind"] == "flat":
+            index = faiss.IndexFlatIP(dim)
+            index.add(np.ascontiguousarray(arrays["vectors"], dtype=np.float32).reshape(-1, dim))
+            vectors = VectorSet(dim, False, index, arrays["vec_nums"])
         lexical = LexicalIndex.from_arrays(arrays)
         seq = int(header["seq"])
         return LoadedScope(scope, lexical, vectors, seq, snapshot_seq=seq)
@@ -393,17 +392,3 @@ class IndexManager:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # make the rename itself durable
-    finally:
-        os.close(fd)

@@ -35,6 +35,10 @@ STOPWORDS = frozenset(
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float32]
 
+# Marks a posting list still inside ``_base`` (compared by identity).
+_UNSLICED: Ints = np.zeros(0, dtype=np.int64)
+_UNSLICED_TF: Floats = np.zeros(0, dtype=np.float32)
+
 # Compact once this many slots are dead and they are at least a quarter of all slots.
 _COMPACT_MIN_DEAD = 1024
 
@@ -61,6 +65,8 @@ class LexicalIndex:
         self._slots: list[Ints] = []
         self._tfs: list[Floats] = []
         self._pending: dict[int, tuple[list[int], list[float]]] = {}
+        # (offsets, slots, tfs) of a loaded snapshot; see ``from_arrays``.
+        self._base: tuple[list[int], Ints, Floats] | None = None
         self._slot_of: dict[int, int] = {}
         self._nums: Ints = np.zeros(0, dtype=np.int64)
         self._doc_len: Floats = np.zeros(0, dtype=np.float32)
@@ -153,10 +159,11 @@ class LexicalIndex:
         remap = np.full(max(n, 1), -1, dtype=np.int64)
         remap[keep_slots] = np.arange(len(keep_slots), dtype=np.int64)
         for tid in range(len(self._terms)):
-            slots = self._slots[tid]
+            slots, tfs = self._postings(tid)
             keep = self._alive[slots]
             self._slots[tid] = remap[slots[keep]]
-            self._tfs[tid] = self._tfs[tid][keep]
+            self._tfs[tid] = tfs[keep]
+        self._base = None
         self._nums = self._nums[keep_slots].copy()
         self._doc_len = self._doc_len[keep_slots].copy()
         self._alive = np.ones(len(keep_slots), dtype=bool)
@@ -186,17 +193,20 @@ class LexicalIndex:
         index = cls(k1=k1, b=b)
         raw = bytes(arrays["lex_terms"].tobytes()).decode()
         index._terms = raw.split("\n") if raw else []
-        index._term_ids = {term: tid for tid, term in enumerate(index._terms)}
-        offsets = arrays["lex_offsets"].astype(np.int64)
-        slots = arrays["lex_slots"].astype(np.int64)
-        tfs = arrays["lex_tfs"].astype(np.float32)
-        index._slots = [slots[offsets[i] : offsets[i + 1]] for i in range(len(index._terms))]
-        index._tfs = [tfs[offsets[i] : offsets[i + 1]] for i in range(len(index._terms))]
+        index._term_ids = dict(zip(index._terms, range(len(index._terms)), strict=True))
+        # Posting lists are sliced out of these on first use (loading stays O(arrays)).
+        index._base = (
+            arrays["lex_offsets"].astype(np.int64).tolist(),
+            arrays["lex_slots"].astype(np.int64),
+            arrays["lex_tfs"].astype(np.float32),
+        )
+        index._slots = [_UNSLICED] * len(index._terms)
+        index._tfs = [_UNSLICED_TF] * len(index._terms)
         index._nums = arrays["lex_nums"].astype(np.int64)
         index._doc_len = arrays["lex_doclen"].astype(np.float32)
         index._n_slots = len(index._nums)
         index._alive = np.ones(index._n_slots, dtype=bool)
-        index._slot_of = {int(num): slot for slot, num in enumerate(index._nums.tolist())}
+        index._slot_of = dict(zip(index._nums.tolist(), range(index._n_slots), strict=True))
         index._total_len = float(index._doc_len.sum())
         if len(index._slot_of) != index._n_slots:
             raise ValueError("lexical snapshot has duplicate document numbers")
@@ -213,6 +223,10 @@ class LexicalIndex:
         return tid
 
     def _postings(self, tid: int) -> tuple[Ints, Floats]:
+        if self._slots[tid] is _UNSLICED and self._base is not None:
+            offsets, slots, tfs = self._base
+            self._slots[tid] = slots[offsets[tid] : offsets[tid + 1]]
+            self._tfs[tid] = tfs[offsets[tid] : offsets[tid + 1]]
         pending = self._pending.pop(tid, None)
         if pending is not None:
             self._slots[tid] = np.concatenate([self._slots[tid], np.asarray(pending[0], dtype=np.int64)])

@@ -215,17 +215,26 @@ class MemoryStore:
         return await self.db.run(write)
 
     async def search(
-        self, scope: Scope, query: str, top_k: int = 8, min_score: float = 0.0
+        self,
+        scope: Scope,
+        query: str,
+        top_k: int = 8,
+        min_score: float = 0.0,
+        *,
+        query_vector: npt.NDArray[np.float32] | None = None,
     ) -> list[tuple[Memory, float]]:
-        """Hybrid search (see ``memproxy.search``): best first, scores in [0, 1]."""
+        """Hybrid search (see ``memproxy.search``): best first, scores in [0, 1].
+
+        ``query_vector`` lets a caller that already embedded the query skip embedding.
+        """
         if not query.strip() or top_k <= 0:
             return []
-        vector: npt.NDArray[np.float32] | None
-        try:
-            vector = await self._embed_one(query)
-        except Exception as exc:  # a down embedding provider must not break keyword search
-            log.warning("query embedding failed, searching lexically only: %s", exc)
-            vector = None
+        vector = query_vector
+        if vector is None:
+            try:
+                vector = await self._embed_one(query)
+            except Exception as exc:  # a down embedding provider must not break keyword search
+                log.warning("query embedding failed, searching lexically only: %s", exc)
         found = await self.index.search(scope, vector, query, candidate_count(top_k))
         fused = rrf_fuse(found.vector, found.lexical)
         pool = top_fused(fused, top_k * POOL_FACTOR)

@@ -96,6 +96,10 @@ class VectorSet:
         """Top ``k`` live nums by inner product, best first."""
         if k <= 0 or not self.pos or vector.shape[-1] != self.dim:
             return []
+        # One query is ~1-4 ms of single-threaded work; an OpenMP team makes it several
+        # times slower through spin contention (bench/recall.py). The setting is per
+        # calling thread, hence here rather than once at start.
+        faiss.omp_set_num_threads(1)
         query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
         fetch = min(self.total, k + min(self.dead, 4 * k) + 8)
         while True:
