@@ -193,7 +193,12 @@ class IndexManager:
         if entry is None:
             return False
         async with entry.lock:  # held while writing, so drop_scope cannot interleave
-            if not entry.dirty or entry.dropped:
+            if entry.dropped:
+                return False
+            # Catch up first: a scope forgotten meanwhile is reset here, so forgotten
+            # entries can never reach the disk.
+            await self._catch_up(entry)
+            if not entry.dirty:
                 return False
             payload = await asyncio.to_thread(self._encode, entry)
             await asyncio.to_thread(snapshot_file.write_atomic, self.snapshot_path(key), payload)

@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from storage_env import DB_NAME, open_store
+from storage_env import DB_NAME, all_bytes, open_store
 
 from memproxy.config import IndexSettings
 from memproxy.db import Database
 from memproxy.embedder import HashEmbedder
+from memproxy.index import IndexManager
 from memproxy.memories import delete_memory, insert_memory
 from memproxy.scope import Scope
 from memproxy.store import MemoryStore
@@ -115,7 +116,7 @@ def test_writes_by_another_process_are_seen_on_next_search(tmp_path: Path) -> No
             await store.search(SCOPE, "guitar")  # index loaded at the current seq
             other = Database(tmp_path / DB_NAME)  # its own connection, like the worker process
             await other.open()
-            other_store = MemoryStore(other, HashEmbedder(256), store.index.__class__(
+            other_store = MemoryStore(other, HashEmbedder(256), IndexManager(
                 other, tmp_path / "other", HashEmbedder(256), IndexSettings()))  # fmt: skip
             memory = await other_store.add(SCOPE, "The spare key is under the blue flowerpot", source="extracted")
             assert (await store.search(SCOPE, "spare key flowerpot"))[0][0].id == memory.id
@@ -189,3 +190,27 @@ def test_snapshot_of_another_embedder_is_rebuilt(tmp_path: Path, caplog: pytest.
         assert "embedder changed" in caplog.text
 
     asyncio.run(body())
+
+
+def test_scope_forgotten_by_another_process_is_reset(tmp_path: Path) -> None:
+    marker = b"unique-okapi-5521"
+
+    async def body() -> None:
+        async with open_store(tmp_path) as store:
+            await _fill(store, 10)
+            await store.add(SCOPE, f"remember {marker.decode()}")
+            assert await store.search(SCOPE, marker.decode())  # loaded in this process
+            other = Database(tmp_path / DB_NAME)
+            await other.open()
+            other_store = MemoryStore(other, HashEmbedder(256), IndexManager(
+                other, tmp_path, HashEmbedder(256), IndexSettings()))  # fmt: skip
+            await other_store.forget_scope(SCOPE)
+            await other.close()
+            await store.index.snapshot_dirty()  # must not persist the forgotten entries
+            assert await store.search(SCOPE, marker.decode()) == []
+            entry = await store.index.sync(SCOPE)
+            assert len(entry.lexical) == 0
+
+    asyncio.run(body())
+    for path, data in all_bytes(tmp_path).items():
+        assert marker not in data, path
