@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,34 +31,7 @@ def remember(proxy: Proxy, text: str, *, user_id: str = "", agent_id: str = "", 
     with proxy.http(token) as http:
         response = http.post("/v1/memories", json={"text": text, "user_id": user_id or None,
                                                    "agent_id": agent_id or None})  # fmt: skip
-    if response.status_code == 404 and "Unknown route" in response.text:
-        _remember_directly(proxy, text, user_id, agent_id, token)  # management API not wired yet
-        return
     assert response.status_code == 201, response.text
-
-
-def _remember_directly(proxy: Proxy, text: str, user_id: str, agent_id: str, token: str) -> None:
-    """Write through the store's own code into the proxy's database (its index catches up)."""
-    from memproxy.auth import passthrough_tenant
-    from memproxy.db import Database
-    from memproxy.embedder import make_embedder
-    from memproxy.index import IndexManager
-    from memproxy.scope import Scope
-    from memproxy.services import database_path
-    from memproxy.store import MemoryStore
-
-    async def write() -> None:
-        db = Database(database_path(proxy.data_dir))
-        await db.open()
-        try:
-            embedder = make_embedder(proxy.settings.embedding, proxy.settings.upstream)
-            index = IndexManager(db, Path(proxy.data_dir), embedder, proxy.settings.index)
-            store = MemoryStore(db, embedder, index)
-            await store.add(Scope(passthrough_tenant(token), user_id, agent_id), text)
-        finally:
-            await db.close()
-
-    asyncio.run(write())
 
 
 def chat(proxy: Proxy, messages: list[dict[str, Any]], *, token: str = "sk-test-user-a",
