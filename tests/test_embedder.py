@@ -11,6 +11,8 @@ import numpy as np
 
 from memproxy.config import EmbeddingSettings, UpstreamSettings
 from memproxy.embedder import HashEmbedder, LiteLLMEmbedder, LocalEmbedder, make_embedder
+from memproxy.scripted_upstream import EMBED_DIM, ScriptedUpstream
+from memproxy.scripted_upstream import embed as scripted_embed
 
 
 def test_hash_vectors_are_unit_float32_rows() -> None:
@@ -68,3 +70,17 @@ def test_factory_picks_provider_and_resolves_aliases() -> None:
     assert embedder.model == "openai/text-embedding-3-large" and embedder.identity == "litellm:openai/text-embedding-3-large"
     assert embedder.api_base == "http://127.0.0.1:9/v1" and embedder.api_key == "sk-server"
     assert embedder.batch_size == 7 and embedder.dim == 0
+
+
+def test_litellm_embedder_batches_against_an_openai_compatible_server(
+    upstream: tuple[ScriptedUpstream, str],
+) -> None:
+    fake, url = upstream
+    embedder = LiteLLMEmbedder("text-embedding-3-small", api_base=url, api_key="sk-test", batch_size=2)
+    before = len([r for r in fake.requests if r.path.endswith("/embeddings")])
+    vectors = asyncio.run(embedder.embed(["one", "two", "three", "four", "five"]))
+    assert vectors.shape == (5, EMBED_DIM) and embedder.dim == EMBED_DIM
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(vectors[2], np.asarray(scripted_embed("three"), dtype=np.float32), atol=1e-6)
+    calls = [r for r in fake.requests if r.path.endswith("/embeddings")][before:]
+    assert len(calls) == 3  # batches of 2, 2 and 1
