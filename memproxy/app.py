@@ -14,12 +14,13 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy import chat, memories_api, metrics, openai_routes
+from memproxy import chat, jobs_api, memories_api, metrics, openai_routes
 from memproxy.access_log import AccessLogMiddleware
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
 from memproxy.metrics import Metrics
 from memproxy.services import open_services, reembed_in_background, snapshot_periodically
+from memproxy.worker import start_worker
 
 log = logging.getLogger("memproxy")
 
@@ -94,6 +95,9 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             stale = await services.store.start()
             services.start_task("snapshots", lambda: snapshot_periodically(services))
+            services.capture.on_failure = services.metrics.capture_failed
+            if settings.extraction.worker_enabled:
+                start_worker(services)
             # Tokenizers take ~0.2 s to load; warm them so the first recall does not wait.
             services.start_task("tokenizers", services.recaller.tokenizers.warm)
             if stale:
@@ -107,6 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(openai_routes.router)
     app.include_router(memories_api.router)
+    app.include_router(jobs_api.router)
     app.include_router(metrics.router)
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)

@@ -19,6 +19,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from memproxy.capture import HEADER as CAPTURE_RESPONSE_HEADER
+from memproxy.capture import OFF as CAPTURE_OFF
+from memproxy.capture import PlannedCapture, StreamCapture, reply_from_response
 from memproxy.deps import CredentialDep, ServicesDep
 from memproxy.errors import ApiError
 from memproxy.recall import ERROR_HEADER as RECALL_ERROR_HEADER
@@ -58,11 +61,17 @@ async def chat_completions(request: Request, credential: CredentialDep, services
     request_scope = parse_request_scope(credential.tenant, dict(request.headers), body.get("user"))
     forwarded, headers = await _recall(services, body, request_scope)
     request.state.scope_info = request_scope
+    # Planned from the caller's own body: the injected memory message is never captured.
+    plan = services.capture.plan(request_scope, body)
+    headers[CAPTURE_RESPONSE_HEADER] = plan.job_id if plan else CAPTURE_OFF
     if body.get("stream"):
-        return await _stream(services, credential, forwarded, headers)
+        return await _stream(services, credential, forwarded, headers, plan)
     with services.metrics.time_upstream(streamed=False):
         response = await services.upstream.chat(forwarded, credential)
-    return JSONResponse(openai_json(response), headers=headers)
+    payload = openai_json(response)
+    if plan is not None:  # committed before the answer is returned; a failure only changes the header
+        headers[CAPTURE_RESPONSE_HEADER] = await services.capture.commit(plan, reply_from_response(payload))
+    return JSONResponse(payload, headers=headers)
 
 
 async def _recall(
@@ -80,21 +89,29 @@ async def _recall(
     return forwarded, headers
 
 
-async def _stream(services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str]) -> Response:
+async def _stream(
+    services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str], plan: PlannedCapture | None
+) -> Response:
     # Errors before the first chunk (auth, rate limit, timeout) still get a real status code.
     with services.metrics.time_upstream(streamed=True):
         stream = await services.upstream.chat(forwarded, credential)
+    capture = StreamCapture(services.capture, plan) if plan is not None else None
     return StreamingResponse(
-        _relay(stream),
+        _relay(stream, capture),
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _relay(stream: Any) -> AsyncIterator[bytes]:
+async def _relay(stream: Any, capture: StreamCapture | None = None) -> AsyncIterator[bytes]:
     try:
         async for chunk in stream:
-            yield b"data: " + json.dumps(openai_json(chunk, exclude_none=True)).encode() + b"\n\n"
+            data = openai_json(chunk, exclude_none=True)
+            if capture is not None:
+                capture.feed(data)
+            yield b"data: " + json.dumps(data).encode() + b"\n\n"
+        if capture is not None:  # the upstream stream completed: capture before [DONE]
+            await capture.finish()
         yield b"data: [DONE]\n\n"
     except asyncio.CancelledError:
         raise

@@ -12,20 +12,22 @@ concurrent tests do not step on each other:
 - anything else: a deterministic text answer (``reply_for``)
 
 Extraction calls (recognised by ``EXTRACTOR_MARKER`` in a system message) are answered
-from ``canned`` first, then by ``extractor`` if one is set. Every request is recorded.
+from ``canned`` first, then by ``extractor`` if one is set, else by the rule-based
+``scripted_extractor.rule_extractor``. Every request is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import math
 import re
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from memproxy.scripted_extractor import rule_extractor
 
 EXTRACTOR_MARKER = "memproxy-extractor"
 MEMORY_MARKER = "<memories>"
@@ -52,7 +56,8 @@ class ScriptedUpstream:
 
     requests: list[Recorded] = field(default_factory=list)
     canned: deque[str] = field(default_factory=deque)
-    extractor: Callable[[dict[str, Any]], str] | None = None
+    # May return the answer or an awaitable of it (a test can hold an extraction open).
+    extractor: Callable[[dict[str, Any]], str | Awaitable[str]] | None = None
     cancelled_streams: int = 0
     completed_streams: int = 0
 
@@ -113,7 +118,9 @@ class ScriptedUpstream:
         if "hang" in model:
             await _hang(request)
         if is_extraction(body):
-            answer = self.canned.popleft() if self.canned else (self.extractor or _no_facts)(body)
+            answer = self.canned.popleft() if self.canned else (self.extractor or rule_extractor)(body)
+            if inspect.isawaitable(answer):
+                answer = await answer
             return JSONResponse(_completion(body, answer, None))
         tool_calls = _tool_calls(body) if "tools" in model else None
         content = None if tool_calls else reply_for(body)

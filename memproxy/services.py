@@ -16,8 +16,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memproxy.auth import Authenticator
+from memproxy.capture import Capture
 from memproxy.config import Settings
 from memproxy.db import Database
 from memproxy.embedder import Embedder, make_embedder
@@ -26,6 +28,9 @@ from memproxy.metrics import Metrics
 from memproxy.recall import Recaller
 from memproxy.store import MemoryStore
 from memproxy.upstream import Upstream
+
+if TYPE_CHECKING:
+    from memproxy.worker import Worker
 
 log = logging.getLogger("memproxy.services")
 
@@ -46,8 +51,11 @@ class Services:
     index: IndexManager
     store: MemoryStore
     recaller: Recaller
+    capture: Capture
     metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # The in-process extraction worker (None when ``extraction.worker_enabled`` is false).
+    worker: Worker | None = None
     # Flipped once every part has started; read by /readyz.
     ready: bool = False
 
@@ -114,6 +122,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             index=index,
             store=store,
             recaller=Recaller(store, embedder, settings.recall, settings.upstream),
+            capture=Capture(db, clock=store.clock),
             metrics=metrics or Metrics(),
         )
     except BaseException:
