@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -81,3 +82,29 @@ def test_each_app_has_its_own_registry(proxy: Proxy, keys_proxy: Proxy) -> None:
     assert value(after_keys, "memproxy_requests_total", **labels) == value(before_keys, "memproxy_requests_total",
                                                                              **labels)
     assert value(scrape(proxy), "memproxy_requests_total", **labels) >= 3
+
+
+def test_capture_extraction_and_index_metrics_follow_a_turn(proxy: Proxy) -> None:
+    before = scrape(proxy)
+    user = "metrics-x-" + uuid.uuid4().hex[:8]
+    client = proxy.client(**{"X-Memproxy-User-Id": user})
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": f"Remember that {user} plays the oboe"}])
+    job = raw.headers["x-memproxy-capture"]
+    with proxy.http() as http:
+        deadline = time.monotonic() + 20
+        while http.get(f"/v1/jobs/{job}").json()["status"] != "done":
+            assert time.monotonic() < deadline, "the job was not extracted"
+            time.sleep(0.05)
+        # A recall in the scope loads its index.
+        client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "oboe?"}])
+    after = scrape(proxy)
+    ok = "memproxy_extraction_attempts_total"
+    assert value(after, ok, outcome="ok") > value(before, ok, outcome="ok")
+    tokens = "memproxy_extraction_tokens_total"
+    assert value(after, tokens, kind="prompt") > value(before, tokens, kind="prompt")
+    assert value(after, "memproxy_jobs", status="done") >= value(before, "memproxy_jobs", status="done") + 1
+    assert value(after, "memproxy_recall_duration_seconds_count") > value(before, "memproxy_recall_duration_seconds_count")
+    assert value(after, "memproxy_recalled_memories_sum") >= value(before, "memproxy_recalled_memories_sum") + 1
+    assert value(after, "memproxy_index_scopes_loaded") >= 1
+    assert value(after, "memproxy_index_vectors_held") >= 1
