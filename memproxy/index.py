@@ -49,6 +49,8 @@ _INLINE_REPLAY_MAX = 32
 # ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
 # start at 1 because ``memories.num`` is AUTOINCREMENT and never reused).
 RESET_MARKER_NUM = 0
+# Even empty scopes cost memory (BM25 arrays, locks); bound how many stay loaded.
+MAX_LOADED_SCOPES = 20_000
 # Exact searches over more vectors than this go to a thread (see bench/recall.py).
 _INLINE_SEARCH_MAX = 20_000
 
@@ -269,8 +271,10 @@ class IndexManager:
             reason = f"unusable snapshot ({exc})"
         seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
         entry = await asyncio.to_thread(self._build, scope, seq, rows)
-        log.info(
-            "rebuilt index of scope %s from SQLite: %s; %d memories in %.0f ms",
+        # A scope without memories or snapshot is simply new: not worth an INFO line.
+        level = logging.DEBUG if not rows and reason == "no snapshot" else logging.INFO
+        log.log(
+            level, "rebuilt index of scope %s from SQLite: %s; %d memories in %.0f ms",
             scope.key[:12], reason, len(rows), (time.perf_counter() - started) * 1000,
         )  # fmt: skip
         return entry
@@ -338,8 +342,10 @@ class IndexManager:
             entry.vectors = entry.vectors.compact(hnsw=wants_hnsw)
 
     async def _evict(self, keep: str) -> None:
-        """Unload least-recently-used scopes while over ``max_loaded_vectors``."""
-        while self.held_vectors() > self.settings.max_loaded_vectors and len(self._scopes) > 1:
+        """Unload least-recently-used scopes while over ``max_loaded_vectors`` (or too many scopes)."""
+        while len(self._scopes) > 1 and (
+            self.held_vectors() > self.settings.max_loaded_vectors or len(self._scopes) > MAX_LOADED_SCOPES
+        ):
             key = next(iter(self._scopes))
             if key == keep:
                 self._scopes.move_to_end(key)
