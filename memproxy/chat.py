@@ -85,6 +85,7 @@ async def _recall(
     services.metrics.observe_recalled(recalled)
     headers = {RECALLED_HEADER: str(recalled)}
     if error is not None:
+        services.metrics.recall_failed()
         headers[RECALL_ERROR_HEADER] = error
     return forwarded, headers
 

@@ -65,6 +65,9 @@ class Metrics:
         self.capture_failures = Counter(
             "memproxy_capture_failures", "Chat turns that should have been captured but could not be queued",
             registry=r)
+        self.recall_failures = Counter(
+            "memproxy_recall_failures", "Chat requests whose recall failed open (embedding/search error or timeout)",
+            registry=r)
         self.jobs = Gauge("memproxy_jobs", "Outbox jobs by status", ["status"], registry=r)
         self.extraction_attempts = Counter(
             "memproxy_extraction_attempts", "Extraction calls by outcome", ["outcome"], registry=r)
@@ -102,6 +105,9 @@ class Metrics:
 
     def capture_failed(self) -> None:
         self.capture_failures.inc()
+
+    def recall_failed(self) -> None:
+        self.recall_failures.inc()
 
     # -- called from the worker -----------------------------------------------------------
     def extraction_attempt(self, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:

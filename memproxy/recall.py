@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import re
 import time
@@ -60,6 +61,9 @@ PREAMBLE = (
 )
 LEADING_ROLES = ("system", "developer")
 CACHE_MAX_ENTRIES = 1024
+# A pasted document is not a query: embedding providers cap their input (~8k tokens), so
+# only its beginning and end are searched with.
+QUERY_MAX_CHARS = 2000
 # Any tag-like run: "<memories>", "</ memories >", "<system>", "<|im_start|>"…
 _TAG = re.compile(r"<\s*/?\s*[|A-Za-z][^<>]{0,64}>")
 _SPACES = re.compile(r"\s+")
@@ -85,7 +89,11 @@ def query_text(messages: list[Any]) -> str:
     """The latest user message's text; tool results and assistant turns after it are skipped."""
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            return message_text(message).strip()
+            text = message_text(message).strip()
+            if len(text) > QUERY_MAX_CHARS:
+                half = QUERY_MAX_CHARS // 2
+                text = text[:half] + " … " + text[-half:]
+            return text
     return ""
 
 
@@ -153,12 +161,13 @@ class QueryEmbeddingCache:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.clock = clock
-        self._entries: OrderedDict[tuple[str, str], tuple[float, Vector]] = OrderedDict()
+        # Keyed by a digest, so the cache holds at most ``max_entries`` vectors and no texts.
+        self._entries: OrderedDict[tuple[str, bytes], tuple[float, Vector]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     async def embed_query(self, text: str) -> Vector:
-        key = (self.embedder.identity, text)
+        key = (self.embedder.identity, hashlib.blake2b(text.encode(), digest_size=16).digest())
         now = self.clock()
         cached = self._entries.get(key)
         if cached is not None and cached[0] > now:

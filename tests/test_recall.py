@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tiktoken
 
-from memproxy.recall import CLOSE_TAG, OPEN_TAG, QueryEmbeddingCache, neutralize
+from memproxy.recall import CLOSE_TAG, OPEN_TAG, QUERY_MAX_CHARS, QueryEmbeddingCache, neutralize, query_text
 from memproxy.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream
 from memproxy.tokens import use_bundled_tokenizers
 from tests.conftest import Proxy, proxy_settings, start_proxy
@@ -157,6 +157,19 @@ def test_neutralize_strips_tags_and_newlines() -> None:
     assert neutralize("2 < 3 and 5 > 4") == "2 < 3 and 5 > 4"
 
 
+def test_query_is_the_latest_user_text_and_bounded() -> None:
+    messages = [
+        {"role": "user", "content": "old question"},
+        {"role": "user", "content": [{"type": "text", "text": "new"}, {"type": "image_url", "image_url": {}},
+                                     {"type": "text", "text": "question"}]},
+        {"role": "assistant", "content": "calling a tool"},
+        {"role": "tool", "tool_call_id": "c", "content": "result"},
+    ]  # fmt: skip
+    assert query_text(messages) == "new question"
+    long = query_text([{"role": "user", "content": "start " + "x" * 10_000 + " end"}])
+    assert long.startswith("start ") and long.endswith(" end") and len(long) <= QUERY_MAX_CHARS + 3
+
+
 def test_tool_result_turn_still_recalls(proxy: Proxy, fake: ScriptedUpstream) -> None:
     user = uid()
     remember(proxy, "Lives in Lisbon", user_id=user)
@@ -249,6 +262,10 @@ def test_recall_fails_open(
     assert response.headers["x-memproxy-recall-error"] == error
     assert fake.find_chat(needle).body["messages"] == [{"role": "user", "content": needle}]
     assert ("You said: " + needle in response.text) != stream  # streamed text comes in pieces
+    with failing_proxies[model].http() as http:
+        scraped = http.get("/metrics").text
+    failures = [line for line in scraped.splitlines() if line.startswith("memproxy_recall_failures_total ")]
+    assert failures and float(failures[0].split()[1]) >= 1
 
 
 # -- the query embedding cache ---------------------------------------------------------------
