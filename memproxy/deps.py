@@ -12,21 +12,23 @@ from memproxy.errors import ApiError
 from memproxy.services import Services
 
 
-def get_services(request: Request) -> Services:
+# ``async def`` on purpose: FastAPI runs a plain ``def`` dependency on a worker thread,
+# and these do no blocking work, so two thread hops per request would be pure latency.
+async def get_services(request: Request) -> Services:
     services: Services | None = getattr(request.app.state, "services", None)
     if services is None:
         raise ApiError(503, "memproxy is starting up", code="not_ready")
     return services
 
 
-def get_credential(request: Request, services: Annotated[Services, Depends(get_services)]) -> Credential:
+async def get_credential(request: Request, services: Annotated[Services, Depends(get_services)]) -> Credential:
     credential = services.auth.authenticate(request.headers.get("authorization"))
     # For the access log: the tenant only ever appears there as this short hash.
     request.state.tenant_hash = credential.tenant_hash
     return credential
 
 
-def get_request_id(request: Request) -> str:
+async def get_request_id(request: Request) -> str:
     rid: str | None = getattr(request.state, "request_id", None)
     return rid or uuid.uuid4().hex
 
