@@ -6,8 +6,9 @@ How a search works (``MemoryStore.search`` orchestrates it):
 2. The two ranked lists are fused with reciprocal rank fusion,
    ``rrf(d) = sum over lists of 1 / (RRF_K + rank_d)`` with ``RRF_K = 60`` (the constant
    from Cormack et al. 2009: large enough that one list's top rank does not drown the
-   other's), and the best ``top_k * POOL_FACTOR`` are hydrated from SQLite by num. That
-   drops anything deleted or expired since the index saw it.
+   other's); the best ``top_k * POOL_FACTOR`` by RRF plus the best ``top_k`` of each list
+   are hydrated from SQLite by num. That drops anything deleted or expired since the
+   index saw it.
 3. Each hydrated memory gets an absolute **score** in [0, 1]:
    ``score = 1 - (1 - v) * (1 - l)`` (a probabilistic OR), where
    ``v = max(0, cosine(query, memory))`` from its stored vector (0 if it has none in the
@@ -47,6 +48,21 @@ def rrf_fuse(*ranked_lists: list[tuple[int, float]], k: int = RRF_K) -> dict[int
 
 def top_fused(fused: dict[int, float], limit: int) -> list[int]:
     return sorted(fused, key=lambda num: (-fused[num], num))[:limit]
+
+
+def candidate_pool(
+    vector_hits: list[tuple[int, float]], lexical_hits: list[tuple[int, float]], top_k: int
+) -> tuple[list[int], dict[int, float]]:
+    """The nums worth hydrating and scoring, plus their RRF scores.
+
+    The best ``top_k`` of *each* list always get in: RRF alone favours items that are
+    mediocre in both lists over the single best keyword match (a product code that only
+    BM25 sees ranks below forty near-paraphrases that both lists see). RRF fills the rest.
+    """
+    fused = rrf_fuse(vector_hits, lexical_hits)
+    heads = [num for num, _ in lexical_hits[:top_k]] + [num for num, _ in vector_hits[:top_k]]
+    pool = list(dict.fromkeys(heads + top_fused(fused, top_k * POOL_FACTOR)))
+    return pool, fused
 
 
 def term_coverage(text: str, term_idf: dict[str, float]) -> float:

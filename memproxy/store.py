@@ -33,7 +33,7 @@ from memproxy.errors import ApiError, not_found
 from memproxy.index import IndexManager
 from memproxy.memories import UNSET, DuplicateMemory, Memory, parse_time
 from memproxy.scope import Scope
-from memproxy.search import POOL_FACTOR, candidate_count, combine, cosine, rrf_fuse, term_coverage, top_fused
+from memproxy.search import candidate_count, candidate_pool, combine, cosine, term_coverage
 
 __all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "parse_time"]
 
@@ -236,8 +236,7 @@ class MemoryStore:
             except Exception as exc:  # a down embedding provider must not break keyword search
                 log.warning("query embedding failed, searching lexically only: %s", exc)
         found = await self.index.search(scope, vector, query, candidate_count(top_k))
-        fused = rrf_fuse(found.vector, found.lexical)
-        pool = top_fused(fused, top_k * POOL_FACTOR)
+        pool, fused = candidate_pool(found.vector, found.lexical, top_k)
         now, identity = self.clock(), self.embedder.identity
         hydrated = await self.db.run(lambda c: rows.hydrate(c, scope, pool, now, identity))
         scored = []

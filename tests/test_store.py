@@ -67,16 +67,23 @@ def test_exact_duplicates_are_rejected_by_the_database(tmp_path: Path) -> None:
 
 
 def test_keyword_only_match_is_found(tmp_path: Path) -> None:
+    query = "when will the delivery of zx-4471 arrive at the house"
+
     async def body() -> None:
         async with open_store(tmp_path) as store:
             for text in FILLER:
                 await store.add(ALICE, text)
+            for i in range(40):  # paraphrases of the query's other words crowd the vector side
+                await store.add(ALICE, f"When will the delivery number {i} arrive at the house")
             target = await store.add(ALICE, "Replacement part ordered: ZX-4471")
-            results = await store.search(ALICE, "when will zx-4471 arrive", top_k=3)
+            vector = (await store.embedder.embed([query]))[0]
+            found = await store.index.search(ALICE, vector, query, 10)
+            assert target.num not in [num for num, _ in found.vector]  # vectors alone miss it
+            results = await store.search(ALICE, query, top_k=3)
             assert results[0][0].id == target.id
             assert 0.0 < results[0][1] <= 1.0
             assert all(a[1] >= b[1] for a, b in itertools.pairwise(results))
-            assert await store.search(ALICE, "when will zx-4471 arrive", top_k=3, min_score=0.99) == []
+            assert await store.search(ALICE, query, top_k=3, min_score=0.99) == []
 
     asyncio.run(body())
 
