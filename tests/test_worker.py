@@ -8,12 +8,14 @@ and separate-process tests run ``memproxy serve`` / ``memproxy worker`` as subpr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,3 +224,47 @@ def test_separate_worker_process_drains_jobs_while_serve_runs_without_one(
         assert [h["text"] for h in search(proxy.url, user, "Oslo")][:1] == ["User lives in Oslo"]
     finally:
         server.stop()
+
+
+def test_stopping_the_worker_releases_its_leases(upstream: tuple[ScriptedUpstream, str], tmp_path: Path) -> None:
+    """Shutdown mid-extraction: the job goes back to pending without spending an attempt."""
+    from memproxy import outbox
+    from memproxy.capture import enqueue_turn
+    from memproxy.config import ExtractionSettings, IndexSettings, UpstreamSettings
+    from memproxy.db import Database
+    from memproxy.embedder import HashEmbedder
+    from memproxy.extraction import Extractor
+    from memproxy.index import IndexManager
+    from memproxy.scope import Scope
+    from memproxy.store import MemoryStore
+    from memproxy.upstream import Upstream
+    from memproxy.worker import Worker
+
+    fake, upstream_url = upstream
+    marker, scope = unique("leased"), Scope("t", "u", "")
+
+    async def scenario() -> outbox.Job | None:
+        db = Database(tmp_path / "memproxy.sqlite3")
+        await db.open()
+        try:
+            embedder = HashEmbedder(64)
+            store = MemoryStore(db, embedder, IndexManager(db, tmp_path, embedder, IndexSettings()))
+            upstream_settings = UpstreamSettings(api_base=upstream_url)
+            settings = ExtractionSettings(model="hang", poll_interval_s=0.02)
+            worker = Worker(db, store, Extractor(Upstream(upstream_settings), settings, upstream_settings), settings)
+            job_id = outbox.new_job_id()
+            await enqueue_turn(db, job_id, scope, "", [{"role": "user", "content": marker}], time.time())
+            task = asyncio.create_task(worker.run())
+            await asyncio.to_thread(wait_until, lambda: extraction_calls(fake, marker))
+            running = await db.run(lambda c: outbox.get_job(c, "t", job_id))
+            assert running is not None and running.status == "running"
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return await db.run(lambda c: outbox.get_job(c, "t", job_id))
+        finally:
+            await db.close()
+
+    released = asyncio.run(scenario())
+    assert released is not None
+    assert (released.status, released.attempts, released.lease_owner) == ("pending", 0, None)
