@@ -91,7 +91,7 @@ class Services:
                 await task
             except asyncio.CancelledError:
                 pass
-            except Exception:  # noqa: BLE001 - already logged by ``guarded``
+            except Exception:  # already logged by ``guarded``
                 log.debug("task %s had failed", name)
         self.tasks.clear()
 
