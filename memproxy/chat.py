@@ -6,6 +6,10 @@ Invariants:
 - A streamed answer is relayed chunk by chunk as it arrives; nothing waits for the whole
   answer. An error after the first byte is sent as a final ``data: {"error": …}`` event.
 - When the client goes away mid-stream, the upstream stream is closed (cancelled).
+- Capture (``memproxy.capture``) is planned from the caller's own body, so the injected
+  memory message is never captured. A non-streamed turn is committed before the
+  response is returned; a streamed one once the upstream stream completed, before
+  ``[DONE]``; failed and aborted completions are not captured.
 """
 
 from __future__ import annotations
