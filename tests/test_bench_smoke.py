@@ -2,7 +2,8 @@
 
 A subprocess on purpose: the bench starts its own fake upstream and memproxy processes
 and must work as the standalone script people run; the figures themselves are not
-asserted (speed goals live in the bench output, not in timed unit tests).
+asserted (speed goals live in the bench output, not in timed unit tests). About 15 s on
+an idle 2-core machine; the timeout is generous because other suites may share the CPU.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ MODES = {"non_stream", "stream_ttfc"}
 LEVELS = {"c1", "c32"}
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_quick_bench_prints_every_row_mode_and_ratio() -> None:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--memories", "300"],
-        capture_output=True, text=True, timeout=80, env=env, check=False,
+        capture_output=True, text=True, timeout=150, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -47,4 +48,4 @@ def test_quick_bench_prints_every_row_mode_and_ratio() -> None:
     assert report["config"]["memories_seeded"] == 300
     assert isinstance(report["recall"]["recall_wired"], bool)
     assert report["recall"]["responses_seen"] > 0
-    assert {"ratio_p50_worst", "ratio_met", "memory_delta_p50_c1_worst_ms", "memory_met"} <= set(report["targets"])
+    assert {"ratio_p50", "ratio_p50_worst", "ratio_met", "memory_delta_p50_ms", "memory_met"} <= set(report["targets"])
