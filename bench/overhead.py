@@ -269,25 +269,13 @@ def memory_texts(n: int) -> list[str]:
 
 async def seed_memories(settings: Settings, scope: Scope, n: int) -> int:
     """Write ``n`` memories into ``scope`` with the storage layer, then snapshot its index."""
-    from memproxy.db import Database
-    from memproxy.embedder import make_embedder
-    from memproxy.index import IndexManager
-    from memproxy.services import database_path
-    from memproxy.store import MemoryStore
+    from memproxy.store import open_store
 
-    db = Database(database_path(settings.storage.data_dir))
-    await db.open()
-    try:
-        embedder = make_embedder(settings.embedding, settings.upstream)
-        index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
-        store = MemoryStore(db, embedder, index)
-        await store.start()
+    async with open_store(settings) as store:
         items = [{"text": text, "user_id": scope.user_id, "agent_id": scope.agent_id} for text in memory_texts(n)]
         counts = await store.import_(scope.tenant, items)
-        await index.sync(scope)
-        await index.snapshot(scope)
-    finally:
-        await db.close()
+        await store.index.sync(scope)
+        await store.index.snapshot(scope)
     return int(counts["imported"])
 
 

@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
+DB_FILENAME = "memproxy.sqlite3"
+
+
+def database_path(data_dir: Path) -> Path:
+    """Where a data dir keeps its database: the one file that is the source of truth."""
+    return Path(data_dir) / DB_FILENAME
 
 MIGRATIONS: list[tuple[str, str]] = [
     (

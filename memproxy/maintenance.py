@@ -17,18 +17,12 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memproxy.config import Settings
-from memproxy.db import Database
-from memproxy.embedder import make_embedder
-from memproxy.index import IndexManager
 from memproxy.scope import Scope
-from memproxy.services import database_path
-from memproxy.store import MemoryStore
+from memproxy.store import MemoryStore, open_store
 
 SCOPE_KEY = re.compile(r"^[0-9a-f]{64}$")
 _BAR_WIDTH = 30
@@ -38,18 +32,6 @@ class OperatorError(Exception):
     """A problem the operator can fix (bad argument, bad input line)."""
 
 
-@asynccontextmanager
-async def open_store(settings: Settings) -> AsyncIterator[MemoryStore]:
-    db = Database(database_path(settings.storage.data_dir))
-    await db.open()
-    try:
-        embedder = make_embedder(settings.embedding, settings.upstream)
-        index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
-        store = MemoryStore(db, embedder, index)
-        await store.start()
-        yield store
-    finally:
-        await db.close()
 
 
 class ProgressBar:

@@ -15,30 +15,23 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memproxy.auth import Authenticator
 from memproxy.capture import Capture
 from memproxy.config import Settings
-from memproxy.db import Database
-from memproxy.embedder import Embedder, make_embedder
+from memproxy.db import Database, database_path
+from memproxy.embedder import Embedder
 from memproxy.index import IndexManager
 from memproxy.metrics import Metrics
 from memproxy.recall import Recaller
-from memproxy.store import MemoryStore
+from memproxy.store import MemoryStore, build_store
 from memproxy.upstream import Upstream
 
 if TYPE_CHECKING:
     from memproxy.worker import Worker
 
 log = logging.getLogger("memproxy.services")
-
-DB_FILENAME = "memproxy.sqlite3"
-
-
-def database_path(data_dir: Path) -> Path:
-    return Path(data_dir) / DB_FILENAME
 
 
 @dataclass
@@ -110,9 +103,8 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
     db = Database(database_path(settings.storage.data_dir))
     await db.open()
     try:
-        embedder = make_embedder(settings.embedding, settings.upstream)
-        index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
-        store = MemoryStore(db, embedder, index)
+        store = build_store(db, settings)
+        embedder, index = store.embedder, store.index
         return Services(
             settings=settings,
             auth=Authenticator(settings.auth),

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -27,15 +28,16 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy import memories as rows
-from memproxy.db import Database
-from memproxy.embedder import Embedder
+from memproxy.config import Settings
+from memproxy.db import Database, database_path
+from memproxy.embedder import Embedder, make_embedder
 from memproxy.errors import ApiError, not_found
 from memproxy.index import IndexManager
 from memproxy.memories import UNSET, DuplicateMemory, Memory, parse_time
 from memproxy.scope import Scope
 from memproxy.search import candidate_count, candidate_pool, combine, cosine, term_coverage
 
-__all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "parse_time"]
+__all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "build_store", "open_store", "parse_time"]
 
 log = logging.getLogger(__name__)
 
@@ -302,3 +304,23 @@ def _store_vectors(
                 )
                 stored += 1
     return stored
+
+
+def build_store(db: Database, settings: Settings) -> MemoryStore:
+    """The store as configured: the same embedder and index layout the server uses."""
+    embedder = make_embedder(settings.embedding, settings.upstream)
+    index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
+    return MemoryStore(db, embedder, index)
+
+
+@asynccontextmanager
+async def open_store(settings: Settings) -> AsyncIterator[MemoryStore]:
+    """Open a data dir's store outside the server (operator tools, benchmarks)."""
+    db = Database(database_path(settings.storage.data_dir))
+    await db.open()
+    try:
+        store = build_store(db, settings)
+        await store.start()
+        yield store
+    finally:
+        await db.close()
