@@ -136,6 +136,29 @@ def test_burst_of_turns_in_one_scope_costs_one_extraction_call(proxy: Proxy, scr
     assert sorted(m["text"] for m in memories(proxy.url, user)) == sorted(f"User likes {like}" for like in likes)
 
 
+def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(proxy: Proxy, scripted: ScriptedUpstream) -> None:
+    """The forget erases the leased job; the worker's commit then finds its lease gone and writes nothing."""
+    user, place, release = unique("u"), unique("town"), threading.Event()
+
+    async def held(body: dict[str, Any]) -> str:
+        if place in json.dumps(body):
+            await asyncio.to_thread(release.wait, 30)
+        return rule_extractor(body)
+
+    scripted.extractor = held
+    turn = say(proxy, f"I live in {place}", user=user)
+    wait_until(lambda: extraction_calls(scripted, place))
+    with proxy.http() as http:
+        forgotten = http.delete("/v1/memories", params={"user_id": user})
+    assert forgotten.status_code == 200 and forgotten.json()["deleted"]["jobs"] == 1
+    release.set()
+    # The in-serve worker runs one batch at a time: once a later job is done, the held one is over.
+    wait_job(proxy.url, say(proxy, f"I like {unique('tea')}", user=unique("u")).job_id)
+    assert memories(proxy.url, user) == []
+    assert job(proxy.url, turn.job_id) is None
+    assert query(proxy.data_dir, "SELECT count(*) FROM memories WHERE text LIKE ?", (f"%{place}%",)) == [(0,)]
+
+
 # --- separate processes ---------------------------------------------------------------------
 
 
