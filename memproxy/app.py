@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import uuid
@@ -102,6 +103,10 @@ def create_app(settings: Settings) -> FastAPI:
             services.start_task("tokenizers", services.recaller.tokenizers.warm)
             if stale:
                 services.start_task("reembed", lambda: reembed_in_background(services))
+            # LiteLLM, FastAPI and friends leave ~1M long-lived objects behind at import; a full
+            # garbage collection that walks them all stalls every in-flight request. Freezing
+            # what exists at start-up keeps them out of every later collection.
+            gc.freeze()
             services.ready = True
             yield
         finally:
