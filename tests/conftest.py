@@ -66,7 +66,10 @@ def fake(upstream: tuple[ScriptedUpstream, str]) -> ScriptedUpstream:
 def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]) -> Settings:
     data: dict[str, Any] = {
         "storage": {"data_dir": str(data_dir)},
-        "upstream": {"api_base": upstream_url, "timeout_s": 3},
+        "upstream": {
+            "api_base": upstream_url, "timeout_s": 3,
+            "models": [{"name": "smart", "litellm_params": {"model": "openai/aliased-model", "api_key": "sk-alias-own-key"}}],
+        },
         "server": {"max_body_bytes": 1024 * 1024},
         "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
     }

@@ -96,6 +96,16 @@ def test_unknown_model_alias_and_routing(proxy: Proxy, fake: ScriptedUpstream) -
     assert fake.find_chat("routed").body["model"] == "claude-3-5-sonnet"
 
 
+def test_model_alias_brings_its_own_model_and_key(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    result = proxy.client(token="sk-caller").chat.completions.create(
+        model="smart", messages=[{"role": "user", "content": "aliased call"}])
+    assert result.choices[0].message.content == "You said: aliased call"
+    received = fake.find_chat("aliased call")
+    assert received.body["model"] == "aliased-model"
+    assert received.headers["authorization"] == "Bearer sk-alias-own-key"
+    assert "smart" in {m.id for m in proxy.client().models.list()}
+
+
 def test_passthrough_forwards_caller_token(proxy: Proxy, fake: ScriptedUpstream) -> None:
     proxy.client(token="sk-caller-secret").chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "whose key"}])
