@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import re
 import zlib
 from typing import Any, Protocol
@@ -23,6 +22,7 @@ import numpy.typing as npt
 
 from memproxy.config import EmbeddingSettings, UpstreamSettings
 from memproxy.lexical import STOPWORDS
+from memproxy.upstream import import_litellm
 
 Vectors = npt.NDArray[np.float32]
 
@@ -121,9 +121,7 @@ class LiteLLMEmbedder:
     async def embed(self, texts: list[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
-
+        litellm = import_litellm()
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start : start + self.batch_size]

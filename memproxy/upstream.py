@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -38,7 +39,18 @@ def import_litellm() -> Any:
     import litellm
 
     litellm.suppress_debug_info = True
+    _quiet_litellm_logging()
     return litellm
+
+
+def _quiet_litellm_logging() -> None:
+    """LiteLLM logs two INFO lines per call through its own stderr handler: one line per
+    request is the access log's job. Keep its warnings, in our format (plain or JSON)."""
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(logging.WARNING)
 
 
 class Upstream:

@@ -56,6 +56,8 @@ def test_one_plain_line_per_request_with_its_fields(proxy: Proxy, caplog: pytest
     assert {"recalled", "job"} <= fields.keys()
     # Content is not logged by default, by the access log or anything else.
     assert not any(secret in record.getMessage() for record in caplog.records)
+    # One line per request: LiteLLM's own per-call INFO lines are kept out.
+    assert not [r for r in caplog.records if r.name.startswith("LiteLLM") and r.levelno < logging.WARNING]
 
 
 def test_streamed_request_logs_once_after_the_stream(proxy: Proxy, caplog: pytest.LogCaptureFixture) -> None:
