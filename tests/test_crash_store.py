@@ -9,23 +9,19 @@ from SQLite's truth: the stale snapshot is loaded and the change log after its s
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from storage_env import open_store
 
 from memproxy.auth import passthrough_tenant
 from memproxy.background_server import free_port
 from memproxy.scope import Scope
+from tests.serve_process import ServeProcess, write_config
 
 TOKEN = "sk-crash-test"
 USER = "crash-user"
@@ -33,48 +29,16 @@ FIRST = [f"Crash fact {i}: keeps item KX-{1000 + i} in locker {i}" for i in rang
 SECOND = [f"After snapshot {i}: parcel PQ-{5000 + i} arrives on day {i}" for i in range(5)]
 
 
-def write_config(tmp_path: Path, port: int) -> Path:
-    config = {
-        "server": {"host": "127.0.0.1", "port": port, "shutdown_grace_s": 2},
-        "storage": {"data_dir": str(tmp_path / "data")},
-        "upstream": {"api_base": "http://127.0.0.1:9/v1", "timeout_s": 2},
-        "embedding": {"provider": "hash"},
-        # Long enough that no periodic snapshot happens during the test.
-        "index": {"snapshot_interval_s": 3600},
-        "extraction": {"worker_enabled": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @contextmanager
-def serve(config: Path, port: int) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "memproxy", "serve", "--config", str(config)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"})
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.05)
-        yield process, client
-    finally:
-        client.close()
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-        if process.stderr:
-            process.stderr.close()
+def serve(config: Path, port: int, log: Path) -> Iterator[tuple[ServeProcess, httpx.Client]]:
+    """A ready ``memproxy serve`` and a client authorised as TOKEN; reaped on exit."""
+    url = f"http://127.0.0.1:{port}"
+    with (
+        ServeProcess("serve", config, log) as server,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as client,
+    ):
+        server.wait_ready(url)
+        yield server, client
 
 
 def add(client: httpx.Client, text: str) -> str:
@@ -102,25 +66,32 @@ async def seed_with_snapshot(data_dir: Path) -> list[str]:
 
 def test_sigkill_between_commit_and_snapshot_loses_nothing(tmp_path: Path) -> None:
     port = free_port()
-    config = write_config(tmp_path, port)
+    config = write_config(tmp_path / "config.yaml", {
+        "server": {"host": "127.0.0.1", "port": port, "shutdown_grace_s": 2},
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "upstream": {"api_base": "http://127.0.0.1:9/v1", "timeout_s": 2},
+        "embedding": {"provider": "hash"},
+        # Long enough that no periodic snapshot happens during the test.
+        "index": {"snapshot_interval_s": 3600},
+        "extraction": {"worker_enabled": False},
+    })  # fmt: skip
     snapshot = tmp_path / "data" / "index" / f"{Scope(passthrough_tenant(TOKEN), USER).key}.faiss"
 
     (tmp_path / "data").mkdir()
     first_ids = asyncio.run(seed_with_snapshot(tmp_path / "data"))
     stale = snapshot.read_bytes()
 
-    with serve(config, port) as (process, client):
+    with serve(config, port, tmp_path / "first.log") as (server, client):
         second_ids = [add(client, text) for text in SECOND]
         deleted = first_ids[2]
         assert client.delete(f"/v1/memories/{deleted}").status_code == 200
         patched = client.patch(f"/v1/memories/{first_ids[5]}", json={"text": "Moved item to drawer ZZ-77"})
         assert patched.status_code == 200
         assert top(client, "PQ-5004")[0]["id"] == second_ids[4]  # the live index has the changes
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=30) == -signal.SIGKILL
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL
     assert snapshot.read_bytes() == stale  # the crash came before any snapshot of the changes
 
-    with serve(config, port) as (_, client):
+    with serve(config, port, tmp_path / "second.log") as (_, client):
         for i, memory_id in enumerate(second_ids):
             assert top(client, f"PQ-{5000 + i}")[0]["id"] == memory_id
         for i, memory_id in enumerate(first_ids):

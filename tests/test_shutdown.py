@@ -8,11 +8,8 @@ is the session's.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,59 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from memproxy.background_server import free_port
 from memproxy.scripted_upstream import ScriptedUpstream
+from tests.memory_flow import wait_until
+from tests.serve_process import ServeProcess, write_config
 
 TOKEN = "sk-shutdown-test"
-STARTUP_S = 60
-
-
-class ServeProcess:
-    def __init__(self, config: Path, log: Path) -> None:
-        self.log = log
-        self._log_file = log.open("ab")
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "memproxy", "serve", "--config", str(config)],
-                                     stdout=self._log_file, stderr=subprocess.STDOUT, env=env)
-
-    def wait_ready(self, url: str) -> None:
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(self.log.read_text())
-
-    def stop(self, timeout: float = 30) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log_file.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log_file.close()
-
-
-def write_config(tmp: Path, upstream_url: str, port: int) -> Path:
-    config = {
-        "server": {"port": port, "shutdown_grace_s": 15},
-        "storage": {"data_dir": str(tmp / "data")},
-        "upstream": {"api_base": upstream_url, "timeout_s": 10},
-        "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
-    }
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def chat(url: str, user: str, text: str, **extra: object) -> httpx.Response:
@@ -87,15 +38,6 @@ def memories(url: str, user: str) -> list[dict[str, object]]:
     assert response.status_code == 200, response.text
     data: list[dict[str, object]] = response.json()["data"]
     return data
-
-
-def wait_for(predicate: object, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise TimeoutError("condition not met")
 
 
 def job_rows(data_dir: Path) -> dict[str, tuple[str, str | None]]:
@@ -149,34 +91,36 @@ def test_sigterm_finishes_streams_and_restart_redoes_nothing(
     fake, upstream_url = upstream
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    config = write_config(tmp_path, upstream_url, port)
+    config = write_config(tmp_path / "config.yaml", {
+        "server": {"port": port, "shutdown_grace_s": 15},
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "upstream": {"api_base": upstream_url, "timeout_s": 10},
+        "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
+    })  # fmt: skip
     data_dir = tmp_path / "data"
     marker = "shutdown" + uuid.uuid4().hex[:10]
     user = "user-" + marker
 
-    server = ServeProcess(config, tmp_path / "first.log")
-    try:
+    with ServeProcess("serve", config, tmp_path / "first.log") as server:
         server.wait_ready(url)
         # A memory from an earlier turn, fully extracted before the shutdown.
         first = chat(url, user, f"Remember that the codeword is {marker}")
         assert first.status_code == 200
-        wait_for(lambda: any(marker in str(m["text"]) for m in memories(url, user)))
-        wait_for(lambda: job_rows(data_dir)[first.headers["x-memproxy-capture"]][0] == "done")
+        wait_until(lambda: any(marker in str(m["text"]) for m in memories(url, user)), timeout=20)
+        wait_until(lambda: job_rows(data_dir)[first.headers["x-memproxy-capture"]][0] == "done", timeout=20)
 
         # 40 words at 50 ms per chunk: a stream of about two seconds, SIGTERM in its middle.
         reader = StreamReader(url, user, " ".join(f"word{i}" for i in range(40)))
         reader.start()
         assert reader.first_chunk.wait(10)
-        server.proc.send_signal(signal.SIGTERM)
+        server.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with pytest.raises(httpx.ConnectError):  # stopped accepting new connections
             httpx.get(url + "/healthz", timeout=2)
-        code = server.proc.wait(30)
-    finally:
-        server.kill()
+        code = server.wait(30)
     reader.join(10)
 
-    assert code == 0, server.log.read_text()
+    assert code == 0, server.log_text()
     assert reader.error is None, reader.error
     assert reader.lines[-1] == "data: [DONE]", reader.lines[-3:]
     words = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
@@ -192,18 +136,15 @@ def test_sigterm_finishes_streams_and_restart_redoes_nothing(
     first_text = f"Remember that the codeword is {marker}"
     extraction_calls = extractions_of(fake, first_text)
 
-    server = ServeProcess(config, tmp_path / "second.log")
-    try:
+    with ServeProcess("serve", config, tmp_path / "second.log") as server:
         server.wait_ready(url)
-        wait_for(lambda: job_rows(data_dir)[streamed_job][0] == "done")
+        wait_until(lambda: job_rows(data_dir)[streamed_job][0] == "done", timeout=20)
         recalled = chat(url, user, f"What is the codeword {marker}?")
         assert marker in recalled.json()["choices"][0]["message"]["content"]
         held = [m for m in memories(url, user) if marker in str(m["text"])]
         assert len(held) == 1, held
         assert server.stop() == 0
-    finally:
-        server.kill()
-    second_log = server.log.read_text()
+    second_log = server.log_text()
     assert "rebuilt index" not in second_log, second_log
     # The first turn's job was done before the restart: it was not extracted again.
     assert extractions_of(fake, first_text) == extraction_calls == 1

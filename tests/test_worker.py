@@ -10,26 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
 from memproxy.background_server import free_port
-from memproxy.config import Settings
 from memproxy.scripted_extractor import rule_extractor
 from memproxy.scripted_upstream import MEMORY_MARKER, ScriptedUpstream
 from tests.conftest import Proxy, proxy_settings, start_proxy
 from tests.memory_flow import job, memories, query, say, search, unique, wait_job, wait_until
+from tests.serve_process import ServeProcess, write_config
 
 
 def extraction_calls(fake: ScriptedUpstream, needle: str, model: str | None = None) -> list[dict[str, Any]]:
@@ -162,38 +157,6 @@ def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(proxy: Proxy, 
 # --- separate processes ---------------------------------------------------------------------
 
 
-def write_config(path: Path, settings: Settings) -> Path:
-    path.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
-    return path
-
-
-def spawn(command: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "memproxy", command, "--config", str(config)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)  # fmt: skip
-
-
-def start_serve(config: Path, url: str, log: Path) -> subprocess.Popen[bytes]:
-    process = spawn("serve", config, log)
-
-    def ready() -> bool:
-        assert process.poll() is None, log.read_text()
-        try:
-            return httpx.get(url + "/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(ready, timeout=60, interval=0.1)
-    return process
-
-
-def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
-    if process.poll() is None:
-        process.send_signal(sig)
-    return process.wait(timeout=30)
-
-
 def test_sigkill_while_leased_then_restart_completes_exactly_once(
     upstream: tuple[ScriptedUpstream, str], tmp_path: Path
 ) -> None:
@@ -204,25 +167,24 @@ def test_sigkill_while_leased_then_restart_completes_exactly_once(
     hanging = proxy_settings(upstream_url, tmp_path / "data", server={"port": port},
                              upstream={"timeout_s": 60}, extraction={**common, "model": "hang"})  # fmt: skip
     name = "Kim" + unique("x").split("-")[1]
-    process = start_serve(write_config(tmp_path / "hang.yaml", hanging), url, tmp_path / "serve.log")
-    try:
+    log = tmp_path / "serve.log"
+    with ServeProcess("serve", write_config(tmp_path / "hang.yaml", hanging), log) as server:
+        server.wait_ready(url)
         turn = say(Proxy(url, hanging, hanging.storage.data_dir), f"My name is {name}", user="kim")
         wait_until(lambda: extraction_calls(fake, name, model="hang"))
         assert query(hanging.storage.data_dir, "SELECT status FROM jobs WHERE id = ?", (turn.job_id,)) == [("running",)]
-    finally:
-        stop(process, signal.SIGKILL)
+        server.stop(signal.SIGKILL)  # the crash under test, while the job is leased
     healthy = hanging.model_copy(deep=True)
     healthy.extraction.model = "extractor"
-    process = start_serve(write_config(tmp_path / "ok.yaml", healthy), url, tmp_path / "serve.log")
-    try:
+    with ServeProcess("serve", write_config(tmp_path / "ok.yaml", healthy), log) as server:
+        server.wait_ready(url)
         done = wait_job(url, turn.job_id, timeout=30)
         assert done["attempts"] == 2  # the killed attempt counted, then one that finished
         assert [m["text"] for m in memories(url, "kim")] == [f"User's name is {name}"]
         assert len(extraction_calls(fake, name, model="extractor")) == 1
         assert query(healthy.storage.data_dir, "SELECT count(*) FROM history WHERE new_text LIKE ?",
                      (f"%{name}%",)) == [(1,)]  # fmt: skip
-    finally:
-        assert stop(process) == 0
+        assert server.stop() == 0
 
 
 def test_separate_worker_process_drains_jobs_while_serve_runs_without_one(
@@ -235,12 +197,11 @@ def test_separate_worker_process_drains_jobs_while_serve_runs_without_one(
         facts = ["I live in Oslo", "I work at Acme", "I love skiing"]
         jobs = [say(proxy, fact, user=user).job_id for fact in facts]
         assert all((job(proxy.url, j) or {}).get("status") == "pending" for j in jobs)
-        worker = spawn("worker", write_config(tmp_path / "worker.yaml", settings), tmp_path / "worker.log")
-        try:
+        config = write_config(tmp_path / "worker.yaml", settings)
+        with ServeProcess("worker", config, tmp_path / "worker.log") as worker:
             for job_id in jobs:
                 wait_job(proxy.url, job_id, timeout=60)
-        finally:
-            assert stop(worker) == 0, (tmp_path / "worker.log").read_text()
+            assert worker.stop() == 0, worker.log_text()
         expected = {"User lives in Oslo", "User works at Acme", "User likes skiing"}
         assert {m["text"] for m in memories(proxy.url, user)} == expected
         # serve's index catches up from the change log the other process wrote.
