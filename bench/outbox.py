@@ -31,7 +31,6 @@ import os
 import platform
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,21 +41,10 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import aiohttp
-import httpx
-import yaml
+import processes
 
 TOKEN = "sk-bench-outbox"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-STARTUP_TIMEOUT_S = 120
-
-
-def serve_fake(port: int) -> None:
-    """Child-process entry: the scripted upstream (rule-based instant extractor) on ``port``."""
-    import uvicorn
-
-    from memproxy.scripted_upstream import ScriptedUpstream
-
-    uvicorn.run(ScriptedUpstream().app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def config(fake_v1: str, data_dir: Path, port: int, worker: bool) -> dict[str, Any]:
@@ -69,49 +57,11 @@ def config(fake_v1: str, data_dir: Path, port: int, worker: bool) -> dict[str, A
     }
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not become ready")
-
-
 @contextlib.contextmanager
-def child(args: list[str], log: Path, ready_url: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-    try:
-        if ready_url:
-            wait_ready(ready_url, proc, log)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def memproxy(command: str, settings: dict[str, Any], work: Path, name: str) -> Iterator[str]:
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    url = f"http://127.0.0.1:{settings['server']['port']}"
-    ready = url + "/readyz" if command == "serve" else None
-    with child([sys.executable, "-m", "memproxy", command, "--config", str(path)], work / f"{name}.log", ready):
-        yield url
-
-
-def free_port() -> int:
-    from memproxy.background_server import free_port as pick
-
-    return pick()
+def serving(settings: dict[str, Any], work: Path, name: str) -> Iterator[str]:
+    """``memproxy serve`` on ``settings`` until the block exits; yields its base URL."""
+    with processes.running([processes.memproxy_child("serve", settings, work, name)]):
+        yield f"http://127.0.0.1:{settings['server']['port']}"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -204,7 +154,7 @@ def job_counts(db: Path) -> dict[str, int]:
 def drain(settings: dict[str, Any], work: Path, total: int) -> dict[str, Any]:
     db = Path(settings["storage"]["data_dir"]) / "memproxy.sqlite3"
     first: tuple[float, int] | None = None
-    with memproxy("worker", settings, work, "worker"):
+    with processes.running([processes.memproxy_child("worker", settings, work, "worker")]):
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             done = job_counts(db).get("done", 0)
@@ -249,18 +199,17 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memproxy-bench-outbox-") as tmp:
         work = Path(tmp)
         write = asyncio.run(commit_cost(work, 2000))
-        fake_port = free_port()
+        fake_port = processes.free_port()
         fake_v1 = f"http://127.0.0.1:{fake_port}/v1"
-        fake_cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-fake", str(fake_port)]
-        with child(fake_cmd, work / "fake.log", fake_v1 + "/models"):
-            settings = config(fake_v1, work / "data-a", free_port(), worker=False)
-            with memproxy("serve", settings, work, "serve-a") as url:
+        with processes.running([processes.upstream_child(__file__, "--serve-fake", fake_port, work / "fake.log")]):
+            settings = config(fake_v1, work / "data-a", processes.free_port(), worker=False)
+            with serving(settings, work, "serve-a") as url:
                 overhead = asyncio.run(capture_overhead(url, overhead_n))
                 throughput = asyncio.run(captured_turns(url, turns, 16))
                 queued = sum(job_counts(Path(settings["storage"]["data_dir"]) / "memproxy.sqlite3").values())
                 drained = drain(settings, work, queued)
-            fresh_settings = config(fake_v1, work / "data-b", free_port(), worker=True)
-            with memproxy("serve", fresh_settings, work, "serve-b") as url:
+            fresh_settings = config(fake_v1, work / "data-b", processes.free_port(), worker=True)
+            with serving(fresh_settings, work, "serve-b") as url:
                 fresh = asyncio.run(freshness(url, fresh_n))
     return {
         "bench": "outbox",
@@ -283,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_fake:
-        serve_fake(args.serve_fake)
+        processes.serve_scripted_upstream(args.serve_fake)
         return 0
     print(json.dumps(run(args.quick), indent=2))
     return 0

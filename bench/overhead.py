@@ -48,13 +48,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,9 +62,8 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import aiohttp
-import httpx
 import numpy as np
-import yaml
+import processes
 
 from memproxy.auth import passthrough_tenant
 from memproxy.config import Settings, settings_from_dict
@@ -88,8 +83,6 @@ ROWS = ("direct", "litellm", "memproxy_off", "memproxy_on")
 MODES = ("non_stream", "stream_ttfc")
 PERCENTILES = (50, 95, 99)
 ROUNDS = 3
-STARTUP_TIMEOUT_S = 90.0
-PR_SET_PDEATHSIG = 1
 
 Call = Callable[[], Awaitable[float]]
 _STARTED = time.perf_counter()
@@ -142,13 +135,9 @@ def same_answer_for_every_row() -> None:
 
 
 def serve_fake(port: int) -> None:
-    """Child-process entry: the scripted upstream alone on ``port``."""
-    import uvicorn
-
-    from memproxy.scripted_upstream import ScriptedUpstream
-
+    """Child-process entry: the scripted upstream alone on ``port``, answering every row alike."""
     same_answer_for_every_row()
-    uvicorn.run(ScriptedUpstream().app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    processes.serve_scripted_upstream(port)
 
 
 def proxy_settings(fake_v1: str, data_dir: Path, port: int) -> dict[str, Any]:
@@ -160,75 +149,11 @@ def proxy_settings(fake_v1: str, data_dir: Path, port: int) -> dict[str, Any]:
     }
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, log_path: Path | None) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log_path.read_text()[-3000:] if log_path else ""
-            raise RuntimeError(f"server for {url} exited with {proc.returncode}:\n{tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not become ready")
-
-
-@dataclass
-class Child:
-    args: list[str]
-    ready_url: str
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
-                                         preexec_fn=die_with_parent())  # fmt: skip
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGTERM the child when this process dies.
-
-    Without it a bench killed by a timeout (SIGKILL) would leave both servers running.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-    def set_death_signal() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return set_death_signal
-
-
-@contextlib.contextmanager
-def children(procs: list[Child], while_starting: Callable[[], None]) -> Iterator[None]:
-    """Start every child at once, run ``while_starting`` meanwhile, stop them all at once."""
-    try:
-        for proc in procs:
-            proc.start()
-        while_starting()
-        for proc in procs:
-            wait_ready(proc.ready_url, proc.proc, proc.log_path)
-        yield
-    finally:
-        running = [p.proc for p in procs if p.proc is not None]
-        progress("stopping the servers")
-        for popen in running:
-            popen.terminate()
-        for popen in running:
-            try:
-                popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
-
-
 @contextlib.contextmanager
 def servers(plan: Plan, work: Path, settings_for: Callable[[str, int], Settings],
             while_starting: Callable[[], None]) -> Iterator[tuple[str, str]]:  # fmt: skip
     """Start the fake and memproxy; yield (fake /v1 base, memproxy base)."""
-    from memproxy.background_server import BackgroundServer, free_port
+    from memproxy.background_server import BackgroundServer
 
     if plan.in_process:
         from memproxy.app import create_app
@@ -240,16 +165,16 @@ def servers(plan: Plan, work: Path, settings_for: Callable[[str, int], Settings]
             with BackgroundServer(create_app(settings_for(fake.url + "/v1", 0))) as proxy:
                 yield fake.url + "/v1", proxy.url
         return
-    fake_port, proxy_port = free_port(), free_port()
+    fake_port, proxy_port = processes.free_port(), processes.free_port()
     fake_v1, proxy_url = f"http://127.0.0.1:{fake_port}/v1", f"http://127.0.0.1:{proxy_port}"
-    config = work / "config.yaml"
-    config.write_text(yaml.safe_dump(json.loads(settings_for(fake_v1, proxy_port).model_dump_json())))
-    fake_child = Child([sys.executable, str(Path(__file__).resolve()), "--serve-fake", str(fake_port)],
-                       fake_v1 + "/models", work / "fake.log")  # fmt: skip
-    proxy_child = Child([sys.executable, "-m", "memproxy", "serve", "--config", str(config)],
-                        proxy_url + "/healthz", work / "memproxy.log")  # fmt: skip
-    with children([fake_child, proxy_child], while_starting):
-        yield fake_v1, proxy_url
+    settings = json.loads(settings_for(fake_v1, proxy_port).model_dump_json())
+    fake_child = processes.upstream_child(__file__, "--serve-fake", fake_port, work / "fake.log")
+    proxy_child = processes.memproxy_child("serve", settings, work, "memproxy")
+    with processes.running([fake_child, proxy_child], while_starting):
+        try:
+            yield fake_v1, proxy_url
+        finally:
+            progress("stopping the servers")
 
 
 # --------------------------------------------------------------------------- seeding

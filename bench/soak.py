@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import random
 import re
 import signal
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+import processes
 
 KEYS = {"alpha": "soak-key-alpha-0000000001", "beta": "soak-key-beta-00000000002"}
 MARKER = re.compile(r"\bmk[0-9a-f]{8}\b")
@@ -106,78 +105,24 @@ class Tally:
 
 # -- processes --------------------------------------------------------------------------------
 
-def serve_upstream(port: int) -> None:
-    """Hidden mode: run the scripted upstream in this process (a subprocess of the soak)."""
-    import uvicorn
-
-    from memproxy.scripted_upstream import ScriptedUpstream
-
-    uvicorn.run(ScriptedUpstream().app, host="127.0.0.1", port=port, log_level="warning")
-
-
-def free_port() -> int:
-    from memproxy.background_server import free_port as pick
-
-    return pick()
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode} during startup")
-        try:
-            if httpx.get(url + path, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not become ready")
-
-
-def write_config(tmp: Path, upstream_url: str, port: int) -> Path:
+@contextmanager
+def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """The scripted upstream and memproxy, started side by side; both stopped and reaped on exit."""
+    up_port, mp_port = processes.free_port(), processes.free_port()
     config = {
-        "server": {"port": port, "shutdown_grace_s": 10},
+        "server": {"port": mp_port, "shutdown_grace_s": 10},
         "storage": {"data_dir": str(tmp / "data")},
-        "upstream": {"api_base": upstream_url, "api_key": "sk-soak-provider", "timeout_s": UPSTREAM_TIMEOUT_S},
+        "upstream": {"api_base": f"http://127.0.0.1:{up_port}/v1", "api_key": "sk-soak-provider",
+                     "timeout_s": UPSTREAM_TIMEOUT_S},
         "auth": {"mode": "keys", "keys": [{"key": key, "tenant": tenant} for tenant, key in KEYS.items()]},
         "embedding": {"provider": "hash"},
         "extraction": {"model": "extractor", "poll_interval_s": 0.1, "backoff_base_s": 0.1},
     }
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@contextmanager
-def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
-    """The scripted upstream and memproxy, started side by side; both stopped and reaped on exit."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    up_port, mp_port = free_port(), free_port()
-    config = write_config(tmp, f"http://127.0.0.1:{up_port}/v1", mp_port)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        # Logs go to files: the scripted drops make the upstream print a traceback each.
-        with (tmp / "upstream.log").open("wb") as up_log, (tmp / "memproxy.log").open("wb") as mp_log:
-            upstream = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(up_port)],
-                                        stdout=up_log, stderr=subprocess.STDOUT, env=env)
-            procs.append(upstream)
-            server = subprocess.Popen([sys.executable, "-m", "memproxy", "serve", "--config", str(config)],
-                                      stdout=mp_log, stderr=subprocess.STDOUT, env=env)
-            procs.append(server)
-        wait_ready(f"http://127.0.0.1:{up_port}", upstream, "/v1/models")
-        url = f"http://127.0.0.1:{mp_port}"
-        wait_ready(url, server, "/readyz")
-        yield url, server, tmp / "data" / "memproxy.sqlite3"
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+    # Logs go to files: the scripted drops make the upstream print a traceback each.
+    upstream = processes.upstream_child(__file__, "--serve-upstream", up_port, tmp / "upstream.log")
+    server = processes.memproxy_child("serve", config, tmp, "memproxy")
+    with processes.running([upstream, server]) as (_, server_proc):
+        yield f"http://127.0.0.1:{mp_port}", server_proc, tmp / "data" / "memproxy.sqlite3"
 
 
 # -- load -------------------------------------------------------------------------------------
@@ -474,7 +419,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream)
+        processes.serve_scripted_upstream(args.serve_upstream)
         return 0
     result = run(args)
     print(json.dumps(result, indent=2))
