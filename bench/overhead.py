@@ -123,7 +123,7 @@ def same_answer_for_every_row() -> None:
     would then be ~100 chunks longer on the memory-on row, and that row would measure
     relaying a longer answer instead of recall. Only this bench's fake is changed.
     """
-    from memproxy import scripted_upstream
+    from memproxy.testing import scripted_upstream
 
     original = scripted_upstream.reply_for
 
@@ -153,11 +153,11 @@ def proxy_settings(fake_v1: str, data_dir: Path, port: int) -> dict[str, Any]:
 def servers(plan: Plan, work: Path, settings_for: Callable[[str, int], Settings],
             while_starting: Callable[[], None]) -> Iterator[tuple[str, str]]:  # fmt: skip
     """Start the fake and memproxy; yield (fake /v1 base, memproxy base)."""
-    from memproxy.background_server import BackgroundServer
+    from memproxy.testing.background_server import BackgroundServer
 
     if plan.in_process:
-        from memproxy.app import create_app
-        from memproxy.scripted_upstream import ScriptedUpstream
+        from memproxy.api.app import create_app
+        from memproxy.testing.scripted_upstream import ScriptedUpstream
 
         while_starting()
         same_answer_for_every_row()
@@ -194,7 +194,7 @@ def memory_texts(n: int) -> list[str]:
 
 async def seed_memories(settings: Settings, scope: Scope, n: int) -> int:
     """Write ``n`` memories into ``scope`` with the storage layer, then snapshot its index."""
-    from memproxy.store import open_store
+    from memproxy.memory.store import open_store
 
     async with open_store(settings) as store:
         items = [{"text": text, "user_id": scope.user_id, "agent_id": scope.agent_id} for text in memory_texts(n)]

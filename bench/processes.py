@@ -32,7 +32,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
-    from memproxy.background_server import free_port as pick
+    from memproxy.testing.background_server import free_port as pick
 
     return int(pick())
 
@@ -41,7 +41,7 @@ def serve_scripted_upstream(port: int) -> None:
     """Child-process entry: the scripted upstream (rule-based instant extractor) on ``port``."""
     import uvicorn
 
-    from memproxy.scripted_upstream import ScriptedUpstream
+    from memproxy.testing.scripted_upstream import ScriptedUpstream
 
     uvicorn.run(ScriptedUpstream().app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 

@@ -24,11 +24,11 @@ import numpy as np
 
 from memproxy.config import IndexSettings
 from memproxy.db import Database
-from memproxy.embedder import HashEmbedder
-from memproxy.index import IndexManager
-from memproxy.memories import text_hash
+from memproxy.index.embedder import HashEmbedder
+from memproxy.index.manager import IndexManager
+from memproxy.memory.rows import text_hash
+from memproxy.memory.store import MemoryStore
 from memproxy.scope import Scope
-from memproxy.store import MemoryStore
 
 SCOPE = Scope("bench-tenant", "bench-user", "")
 REPEATS = 3  # load/rebuild timings are medians: this often runs on a shared machine

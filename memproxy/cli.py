@@ -26,8 +26,8 @@ def load(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from memproxy.access_log import configure_logging
-    from memproxy.app import create_app
+    from memproxy.api.access_log import configure_logging
+    from memproxy.api.app import create_app
 
     settings = load(args)
     configure_logging(settings.server)
@@ -48,8 +48,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Only the extraction worker, on the same data dir as a ``serve`` (whose worker may be off)."""
     import asyncio
 
-    from memproxy.access_log import configure_logging
-    from memproxy.worker import run_standalone
+    from memproxy.api.access_log import configure_logging
+    from memproxy.outbox.worker import run_standalone
 
     settings = load(args)
     configure_logging(settings.server)
@@ -66,7 +66,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     import asyncio
 
-    from memproxy.maintenance import OperatorError, reindex
+    from memproxy.memory.maintenance import OperatorError, reindex
 
     try:
         result = asyncio.run(reindex(load(args), args.scope))
@@ -81,7 +81,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import asyncio
 
-    from memproxy.maintenance import export_jsonl
+    from memproxy.memory.maintenance import export_jsonl
 
     data = asyncio.run(export_jsonl(load(args), args.tenant, args.user_id, args.agent_id))
     if args.out and args.out != "-":
@@ -95,7 +95,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     import asyncio
 
-    from memproxy.maintenance import OperatorError, import_jsonl
+    from memproxy.memory.maintenance import OperatorError, import_jsonl
 
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     try:

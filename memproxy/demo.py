@@ -112,9 +112,9 @@ def run_demo() -> int:
     started = time.monotonic()
     _say("memproxy demo — offline: a scripted model, the built-in 'hash' embedder, a temporary data dir.")
     _say()
-    from memproxy.app import create_app
-    from memproxy.background_server import BackgroundServer
-    from memproxy.scripted_upstream import ScriptedUpstream
+    from memproxy.api.app import create_app
+    from memproxy.testing.background_server import BackgroundServer
+    from memproxy.testing.scripted_upstream import ScriptedUpstream
 
     fake = ScriptedUpstream()
     with tempfile.TemporaryDirectory(prefix="memproxy-demo-") as data_dir, BackgroundServer(fake.app) as upstream:

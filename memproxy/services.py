@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memproxy.auth import Authenticator
-from memproxy.capture import Capture
 from memproxy.config import Settings
 from memproxy.db import Database, database_path
-from memproxy.embedder import Embedder
-from memproxy.index import IndexManager
+from memproxy.index.embedder import Embedder
+from memproxy.index.manager import IndexManager
+from memproxy.memory.store import MemoryStore, build_store
 from memproxy.metrics import Metrics
-from memproxy.recall import Recaller
-from memproxy.store import MemoryStore, build_store
+from memproxy.outbox.capture import Capture
+from memproxy.proxy.recall import Recaller
 from memproxy.upstream import Upstream
 
 if TYPE_CHECKING:
-    from memproxy.worker import Worker
+    from memproxy.outbox.worker import Worker
 
 log = logging.getLogger("memproxy.services")
 

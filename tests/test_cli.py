@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from storage_env import open_store
 
 from memproxy.scope import Scope
+from tests.support.storage_env import open_store
 
 TENANT = "tenant-ops"
 ALICE = Scope(TENANT, "alice", "")
@@ -74,7 +74,7 @@ def test_reindex_rebuilds_every_scope_with_a_progress_bar(
     assert "reindex [" in err and "100%" in err and "3/3 scopes" in err
     assert "reindexed 36 memories in 3 scope(s)" in err and "removed 1 orphan snapshot(s)" in err
     assert sorted(p.name for p in index.iterdir()) == sorted(f"{s.key}.faiss" for s in (ALICE, BOB, OTHER_TENANT))
-    caplog.set_level(logging.INFO, logger="memproxy.index")
+    caplog.set_level(logging.INFO, logger="memproxy.index.manager")
     assert len(search_ids(data_dir, ALICE, "AL-017")) == 3
     assert "rebuilt index" not in caplog.text  # the fresh snapshot loads (the corrupt one is gone)
 

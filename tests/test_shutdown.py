@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memproxy.background_server import free_port
-from memproxy.scripted_upstream import ScriptedUpstream
-from tests.memory_flow import wait_until
-from tests.serve_process import ServeProcess, write_config
+from memproxy.testing.background_server import free_port
+from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.memory_flow import wait_until
+from tests.support.serve_process import ServeProcess, write_config
 
 TOKEN = "sk-shutdown-test"
 

@@ -1,0 +1,132 @@
+"""``create_app(settings)``: the ASGI app. Everything stateful is built in the lifespan."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memproxy import metrics
+from memproxy.api import chat, openai_routes
+from memproxy.api import jobs as jobs_api
+from memproxy.api import memories as memories_api
+from memproxy.api.access_log import AccessLogMiddleware
+from memproxy.config import Settings
+from memproxy.errors import ApiError, error_body
+from memproxy.metrics import Metrics
+from memproxy.outbox.worker import start_worker
+from memproxy.services import open_services, reembed_in_background, snapshot_periodically
+
+log = logging.getLogger("memproxy")
+
+_REQUEST_ID = re.compile(r"^[\w.\-:]{1,128}$")
+
+
+class RequestIdMiddleware:
+    """Accept a sane ``X-Request-Id`` or make one; expose it to handlers and return it.
+
+    Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses and client-disconnect
+    cancellation pass through untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _error_response(exc: ApiError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _error_response(exc)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    return _error_response(ApiError(400, f"Invalid request: {first.get('msg', 'bad input')}", param=param,
+                                    code="invalid_request"))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    message = exc.detail if isinstance(exc.detail, str) else "Request failed"
+    if status == 404:
+        message = f"Unknown route: {request.method} {request.url.path}"
+    return JSONResponse(error_body(message, status=status), status_code=status)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return JSONResponse(error_body("Internal server error", status=500), status_code=500)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    # Per app, not prometheus-client's global registry: tests run several apps in one process.
+    app_metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await open_services(settings, metrics=app_metrics)
+        app.state.services = services
+        try:
+            stale = await services.store.start()
+            services.start_task("snapshots", lambda: snapshot_periodically(services))
+            services.capture.on_failure = services.metrics.capture_failed
+            if settings.extraction.worker_enabled:
+                start_worker(services)
+            # Tokenizers take ~0.2 s to load; warm them so the first recall does not wait.
+            services.start_task("tokenizers", services.recaller.tokenizers.warm)
+            if stale:
+                services.start_task("reembed", lambda: reembed_in_background(services))
+            # LiteLLM, FastAPI and friends leave ~1M long-lived objects behind at import; a full
+            # garbage collection that walks them all stalls every in-flight request. Freezing
+            # what exists at start-up keeps them out of every later collection.
+            gc.freeze()
+            services.ready = True
+            yield
+        finally:
+            await services.close()
+
+    app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(chat.router)
+    app.include_router(openai_routes.router)
+    app.include_router(memories_api.router)
+    app.include_router(jobs_api.router)
+    app.include_router(metrics.router)
+    app.state.metrics = app_metrics
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)
+    # Added first so it runs inside RequestIdMiddleware and sees the request id.
+    app.add_middleware(AccessLogMiddleware, server=settings.server, metrics=app_metrics)
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,365 @@
+"""The memory management API (``/v1/memories…``): tenant-bound CRUD, search, forget, export/import.
+
+Invariants:
+- The tenant is always ``credential.tenant``; no body field, query parameter or header
+  (nor an imported line's ``tenant``) can name another. Another tenant's memory id is
+  answered exactly like a missing one (``errors.not_found``).
+- User and agent ids come from the body (POST/PATCH) or query string (GET/DELETE) and,
+  when absent there, from the ``X-Memproxy-User-Id`` / ``X-Memproxy-Agent-Id`` headers;
+  every id passes ``scope.validate_id``.
+- Selection semantics: *create*, *search* and *forget* act on one exact scope
+  (tenant, user_id or "", agent_id or "") and need a user or an agent id; *list* and
+  *export* treat an absent id as "any" (an empty one as exactly "").
+- Request bodies are read through ``request_body`` (size limit, 400 on bad JSON); wrong
+  types and unknown fields are a 400 naming the parameter, never silently ignored.
+- Fixed routes (``/export``, ``/search``, ``/import``) are declared before
+  ``/v1/memories/{memory_id}`` so the path parameter never captures them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from memproxy.api.body import read_json_object
+from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.errors import ApiError
+from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, parse_time
+from memproxy.outbox.capture import CAPTURED_ROLES, content_text
+from memproxy.scope import AGENT_HEADER, SESSION_HEADER, USER_HEADER, Scope, validate_id
+
+router = APIRouter()
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+DEFAULT_TOP_K = 10
+MAX_TOP_K = 100
+NDJSON = "application/x-ndjson"
+
+_CREATE_FIELDS = frozenset({"user_id", "agent_id", "session_id", "text", "messages", "metadata", "expires_at"})
+_PATCH_FIELDS = frozenset({"text", "metadata", "expires_at"})
+_SEARCH_FIELDS = frozenset({"query", "user_id", "agent_id", "top_k", "min_score"})
+# Roles a queued turn keeps (as capture does); system/developer prompts are not facts.
+_TURN_ROLES = frozenset({"assistant", *CAPTURED_ROLES})
+
+
+# --- parameter parsing ------------------------------------------------------------------
+
+
+def _bad(param: str, message: str, code: str = "invalid_type") -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def _reject_unknown(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    for name in body:
+        if name not in allowed:
+            raise _bad(name, f"Unknown parameter: '{name}'.", code="unknown_parameter")
+
+
+def _scope_id(values: Mapping[str, Any], headers: Mapping[str, str], field: str, header: str) -> str | None:
+    """``values[field]`` if given, else the header; None when neither is there."""
+    if values.get(field) is not None:
+        return validate_id(values[field], field)
+    if header in headers:
+        return validate_id(headers[header], header)
+    return None
+
+
+def _ids(values: Mapping[str, Any], request: Request) -> tuple[str | None, str | None]:
+    return (
+        _scope_id(values, request.headers, "user_id", USER_HEADER),
+        _scope_id(values, request.headers, "agent_id", AGENT_HEADER),
+    )
+
+
+def _exact_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope:
+    if not user_id and not agent_id:
+        raise ApiError(400, "A user_id or an agent_id is required.", param="user_id",
+                       code="missing_required_parameter")  # fmt: skip
+    return Scope(tenant, user_id or "", agent_id or "")
+
+
+def _int_param(raw: object, param: str, default: int, low: int, high: int, *, in_query: bool = False) -> int:
+    """An integer in [low, high]; query strings are parsed, JSON bodies must hold a number."""
+    if raw is None:
+        return default
+    value: object = raw
+    if in_query and isinstance(raw, str):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise _bad(param, f"'{param}' must be an integer.") from None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad(param, f"'{param}' must be an integer.")
+    if not low <= value <= high:
+        raise _bad(param, f"'{param}' must be between {low} and {high}.", code="invalid_value")
+    return value
+
+
+def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise _bad(field, f"'{field}' must be a non-empty string.")
+    return value
+
+
+def _optional_object(body: Mapping[str, Any], field: str) -> dict[str, Any] | None:
+    value = body.get(field)
+    if value is not None and not isinstance(value, dict):
+        raise _bad(field, f"'{field}' must be a JSON object.")
+    return value
+
+
+def _expires(body: Mapping[str, Any]) -> Any:
+    """UNSET when absent (PATCH: keep), None when null (clear), else epoch seconds."""
+    if "expires_at" not in body:
+        return UNSET
+    return parse_time(body["expires_at"], "expires_at")
+
+
+def _duplicate(exc: DuplicateMemory) -> ApiError:
+    return ApiError(
+        409,
+        f"An identical memory already exists in this scope: {exc.existing_id}",
+        param="text",
+        code="duplicate_memory",
+        headers={"X-Memproxy-Existing-Id": exc.existing_id},
+    )
+
+
+async def _body(request: Request, services: ServicesDep) -> dict[str, Any]:
+    return await read_json_object(request, services.settings.server.max_body_bytes)
+
+
+# --- create / list / search ------------------------------------------------------------
+
+
+@router.post("/v1/memories")
+async def create_memory(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    body = await _body(request, services)
+    _reject_unknown(body, _CREATE_FIELDS)
+    user_id, agent_id = _ids(body, request)
+    scope = _exact_scope(credential.tenant, user_id, agent_id)
+    session_id = _scope_id(body, request.headers, "session_id", SESSION_HEADER) or ""
+    if "messages" in body:
+        if "text" in body:
+            raise _bad("messages", "Send either 'text' or 'messages', not both.", code="invalid_value")
+        job_id = await services.capture.enqueue_messages(scope, session_id, _turn_messages(body["messages"]))
+        return JSONResponse({"job_id": job_id, "object": "memproxy.job", "status": "pending"}, status_code=202)
+    text = _optional_text(body, "text")
+    if text is None:
+        raise _bad("text", "Missing required parameter: 'text' (or 'messages').", code="missing_required_parameter")
+    expires_at = _expires(body)
+    try:
+        memory = await services.store.add(
+            scope, text, session_id=session_id, metadata=_optional_object(body, "metadata"),
+            expires_at=None if expires_at is UNSET else expires_at, source="manual",
+        )  # fmt: skip
+    except DuplicateMemory as exc:
+        raise _duplicate(exc) from None
+    return JSONResponse(memory.to_api(), status_code=201)
+
+
+def _turn_messages(raw: object) -> list[dict[str, Any]]:
+    """Validate a conversation turn; keep user/assistant/tool messages as capture stores them."""
+    if not isinstance(raw, list) or not raw:
+        raise _bad("messages", "'messages' must be a non-empty array.")
+    turn: list[dict[str, Any]] = []
+    for i, message in enumerate(raw):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise _bad(f"messages[{i}]", f"messages[{i}] must be an object with a 'role'.")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _bad(f"messages[{i}].content", f"messages[{i}].content must be a string or an array.")
+        if message["role"] in _TURN_ROLES:
+            kept = {k: v for k, v in message.items() if k in ("name", "tool_call_id", "tool_calls") and v}
+            turn.append({"role": message["role"], "content": content_text(content), **kept})
+    if not turn:
+        raise _bad("messages", "'messages' has no user, assistant or tool message.", code="invalid_value")
+    return turn
+
+
+@router.get("/v1/memories")
+async def list_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    query = request.query_params
+    user_id, agent_id = _ids(query, request)
+    limit = _int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, in_query=True)
+    cursor = query.get("cursor") or None
+    page, next_cursor = await services.store.list_memories(
+        credential.tenant, user_id, agent_id, limit=limit, cursor=cursor
+    )
+    return JSONResponse({"object": "list", "data": [m.to_api() for m in page], "next_cursor": next_cursor})
+
+
+@router.post("/v1/memories/search")
+async def search_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    body = await _body(request, services)
+    _reject_unknown(body, _SEARCH_FIELDS)
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise _bad("query", "'query' must be a non-empty string.")
+    user_id, agent_id = _ids(body, request)
+    scope = _exact_scope(credential.tenant, user_id, agent_id)
+    top_k = _int_param(body.get("top_k"), "top_k", DEFAULT_TOP_K, 1, MAX_TOP_K)
+    min_score = body.get("min_score", services.settings.recall.min_score)
+    if not isinstance(min_score, int | float) or isinstance(min_score, bool):
+        raise _bad("min_score", "'min_score' must be a number.")
+    found = await services.store.search(scope, query, top_k=top_k, min_score=float(min_score))
+    data = [{**memory.to_api(), "score": round(score, 6)} for memory, score in found]
+    return JSONResponse({"object": "list", "data": data})
+
+
+# --- forget / export / import (fixed paths: before /{memory_id}) ------------------------
+
+
+@router.delete("/v1/memories")
+async def forget_scope(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    user_id, agent_id = _ids(request.query_params, request)
+    scope = _exact_scope(credential.tenant, user_id, agent_id)
+    snapshot_files = int(await asyncio.to_thread(services.index.snapshot_path(scope.key).exists))
+    counts = await services.store.forget_scope(scope)
+    deleted = {
+        "memories": counts.get("memories", 0),
+        "history": counts.get("history", 0),
+        "messages": counts.get("messages", 0),
+        "jobs": counts.get("jobs", 0),
+        # Every stored memory row had exactly one entry in the scope's index.
+        "index_entries": counts.get("memories", 0),
+        "snapshots": snapshot_files,
+    }
+    return JSONResponse({"object": "memproxy.forget", "user_id": scope.user_id, "agent_id": scope.agent_id,
+                         "deleted": deleted})  # fmt: skip
+
+
+@router.get("/v1/memories/export")
+async def export_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    user_id, agent_id = _ids(request.query_params, request)
+    items = await services.store.export(credential.tenant, user_id, agent_id)
+    return Response(to_jsonl(items), media_type=NDJSON)
+
+
+@router.post("/v1/memories/import")
+async def import_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    raw = await read_bytes(request, services.settings.server.max_body_bytes)
+    items = parse_jsonl(raw)
+    result = await services.store.import_(credential.tenant, items)
+    return JSONResponse({"object": "memproxy.import", **result})
+
+
+def to_jsonl(items: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(item, ensure_ascii=False).encode() + b"\n" for item in items)
+
+
+async def read_bytes(request: Request, max_bytes: int) -> bytes:
+    """The raw body within ``max_bytes`` (413 beyond, checked while reading)."""
+    too_large = ApiError(413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_jsonl(raw: bytes) -> list[dict[str, Any]]:
+    """Exported lines → items for ``MemoryStore.import_``; a bad line is a 400 naming it.
+
+    A line's ``tenant`` (or any field the store does not know) is dropped: the caller's
+    tenant is the only one an import can write to.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad("body", f"The import is not UTF-8 text: {exc}", code="invalid_json") from None
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(_import_item(line))
+        except ApiError as exc:
+            raise ApiError(400, f"line {number}: {exc.message}", param=f"line {number}",
+                           code=exc.code or "invalid_line") from None  # fmt: skip
+    return items
+
+
+def _import_item(line: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _bad("line", f"not valid JSON ({exc})", code="invalid_json") from None
+    if not isinstance(raw, dict):
+        raise _bad("line", "not a JSON object", code="invalid_json")
+    text = _optional_text(raw, "text")
+    if text is None:
+        raise _bad("text", "'text' is required", code="missing_required_parameter")
+    item: dict[str, Any] = {"text": text, "metadata": _optional_object(raw, "metadata") or {}}
+    for field in ("user_id", "agent_id", "session_id"):
+        item[field] = validate_id(raw.get(field), field)
+    if not item["user_id"] and not item["agent_id"]:
+        raise _bad("user_id", "a user_id or an agent_id is required", code="missing_required_parameter")
+    if raw.get("id") is not None:
+        if not isinstance(raw["id"], str) or not raw["id"].strip() or len(raw["id"]) > 128:
+            raise _bad("id", "'id' must be a non-empty string of at most 128 characters")
+        item["id"] = raw["id"].strip()
+    source = raw.get("source") or "manual"
+    if source not in SOURCES:
+        raise _bad("source", f"'source' must be one of {', '.join(SOURCES)}", code="invalid_value")
+    item["source"] = source
+    for field in ("created_at", "updated_at", "expires_at"):
+        parse_time(raw.get(field), field)  # validates; the store parses again
+        item[field] = raw.get(field)
+    return item
+
+
+# --- one memory -------------------------------------------------------------------------
+
+
+@router.get("/v1/memories/{memory_id}")
+async def get_memory(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    memory = await services.store.get(credential.tenant, memory_id)
+    return JSONResponse(memory.to_api())
+
+
+@router.patch("/v1/memories/{memory_id}")
+async def patch_memory(
+    memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
+) -> Response:
+    body = await _body(request, services)
+    _reject_unknown(body, _PATCH_FIELDS)
+    if not body:
+        raise _bad("text", "Nothing to update: send text, metadata and/or expires_at.", code="invalid_value")
+    if "text" in body and body["text"] is None:
+        raise _bad("text", "'text' cannot be null.")
+    if "metadata" in body and body["metadata"] is None:
+        raise _bad("metadata", "'metadata' cannot be null; send {} to clear it.")
+    try:
+        memory = await services.store.update(
+            credential.tenant, memory_id, text=_optional_text(body, "text"),
+            metadata=_optional_object(body, "metadata"), expires_at=_expires(body), source="manual",
+        )  # fmt: skip
+    except DuplicateMemory as exc:
+        raise _duplicate(exc) from None
+    return JSONResponse(memory.to_api())
+
+
+@router.delete("/v1/memories/{memory_id}")
+async def delete_memory(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    await services.store.delete(credential.tenant, memory_id, source="manual")
+    return JSONResponse({"id": memory_id, "object": "memory.deleted", "deleted": True})
+
+
+@router.get("/v1/memories/{memory_id}/history")
+async def memory_history(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    events = await services.store.history(credential.tenant, memory_id)
+    return JSONResponse({"object": "list", "data": events})

@@ -1,0 +1,44 @@
+"""The rest of the OpenAI surface we proxy: models and embeddings. Also health probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from memproxy.api.body import read_json_object, require_str
+from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.errors import ApiError
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+@router.get("/models")
+async def list_models(credential: CredentialDep, services: ServicesDep) -> Response:
+    return JSONResponse(await services.upstream.models(credential))
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+async def create_embeddings(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    body = await read_json_object(request, services.settings.server.max_body_bytes)
+    require_str(body, "model")
+    if not isinstance(body.get("input"), str | list) or not body.get("input"):
+        raise ApiError(400, "'input' must be a non-empty string or array.", param="input", code="invalid_type")
+    return JSONResponse(await services.upstream.embeddings(body, credential))
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    services = getattr(request.app.state, "services", None)
+    if services is None or not services.ready:
+        return JSONResponse({"status": "starting"}, status_code=503)
+    problems = services.health_problems() if hasattr(services, "health_problems") else []
+    if problems:
+        return JSONResponse({"status": "degraded", "problems": problems}, status_code=503)
+    return JSONResponse({"status": "ready"})

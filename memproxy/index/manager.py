@@ -1,0 +1,405 @@
+"""Per-scope search indexes (FAISS vectors + BM25), derived from SQLite.
+
+Invariants:
+- SQLite commits first; every memory write also appends to ``changes`` in the same
+  transaction. The index is derived state and can always be rebuilt from SQLite.
+- A loaded scope records ``seq``, the last ``changes.seq`` it reflects. Before every
+  search, ``max(seq)`` of the scope is read (an indexed lookup) and any newer changes are
+  replayed from SQLite. So the index agrees with SQLite even when another process wrote,
+  or the process died between a commit and a snapshot.
+- Only vectors of the current embedder identity enter FAISS; every memory's text enters
+  BM25, so rows awaiting re-embedding are still found lexically.
+- Snapshots are ``<data_dir>/index/<scope_key>.faiss`` (a hash, never raw ids), written
+  to a temp file in the same directory, fsynced and ``os.replace``d. They carry format
+  version, embedder identity, dim and seq, and a sha256 over header and payload; a
+  missing, stale or corrupt snapshot is rebuilt from SQLite (and logged).
+- Per-scope ``asyncio.Lock`` serializes mutation and search of one scope; FAISS work
+  that can be big runs in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from memproxy.config import IndexSettings
+from memproxy.index import snapshot as snapshot_file
+from memproxy.index.embedder import Embedder
+from memproxy.index.lexical import LexicalIndex
+from memproxy.index.snapshot import SnapshotError
+from memproxy.index.vectors import VectorSet
+from memproxy.scope import Scope
+
+log = logging.getLogger(__name__)
+
+# Replays of more changes than this are applied in a thread instead of inline.
+_INLINE_REPLAY_MAX = 32
+# ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
+# start at 1 because ``memories.num`` is AUTOINCREMENT and never reused).
+RESET_MARKER_NUM = 0
+# Even empty scopes cost memory (BM25 arrays, locks); bound how many stay loaded.
+MAX_LOADED_SCOPES = 20_000
+# Exact searches over more vectors than this go to a thread (see bench/recall.py).
+_INLINE_SEARCH_MAX = 20_000
+
+
+@dataclass
+class LoadedScope:
+    scope: Scope
+    lexical: LexicalIndex
+    vectors: VectorSet | None
+    seq: int
+    snapshot_seq: int = -1
+    dropped: bool = False  # forgotten: must never be written to disk again
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def dirty(self) -> bool:
+        return self.seq != self.snapshot_seq
+
+    @property
+    def held_vectors(self) -> int:
+        return self.vectors.total if self.vectors is not None else 0
+
+
+@dataclass
+class Candidates:
+    vector: list[tuple[int, float]]  # (num, cosine), best first
+    lexical: list[tuple[int, float]]  # (num, BM25), best first
+    term_idf: dict[str, float]  # IDF of the query terms known to the scope
+
+
+@dataclass
+class _Row:
+    num: int
+    text: str | None  # None: the memory no longer exists
+    embedding: bytes | None
+
+
+def _read_scope_rows(conn: sqlite3.Connection, scope: Scope, identity: str) -> tuple[int, list[_Row]]:
+    """All rows of a scope plus the change seq they reflect, in one read transaction."""
+    conn.execute("BEGIN")
+    try:
+        seq = _max_seq(conn, scope)
+        rows = conn.execute(
+            "SELECT num, text, CASE WHEN embed_model = ? THEN embedding END FROM memories "
+            "WHERE tenant = ? AND scope_key = ? ORDER BY num",
+            (identity, scope.tenant, scope.key),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    return seq, [_Row(r[0], r[1], r[2]) for r in rows]
+
+
+def _read_changes(
+    conn: sqlite3.Connection, scope: Scope, after: int, identity: str
+) -> tuple[int, list[_Row]]:
+    """Current state of every memory changed after ``after`` (last change per num wins).
+
+    A row with num ``RESET_MARKER_NUM`` means the scope was forgotten meanwhile.
+    """
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(
+            "SELECT c.memory_num, max(c.seq), m.text, "
+            "CASE WHEN m.embed_model = ? THEN m.embedding END "
+            "FROM changes c LEFT JOIN memories m "
+            "ON m.num = c.memory_num AND m.tenant = c.tenant AND m.scope_key = c.scope_key "
+            "WHERE c.tenant = ? AND c.scope_key = ? AND c.seq > ? GROUP BY c.memory_num",
+            (identity, scope.tenant, scope.key, after),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    seq = max((int(r[1]) for r in rows), default=after)
+    return seq, [_Row(r[0], r[2], r[3]) for r in rows]
+
+
+def _max_seq(conn: sqlite3.Connection, scope: Scope) -> int:
+    row = conn.execute(
+        "SELECT max(seq) FROM changes WHERE scope_key = ? AND tenant = ?", (scope.key, scope.tenant)
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _blob_vectors(rows: list[_Row], dim: int) -> tuple[list[int], npt.NDArray[np.float32]]:
+    usable = [r for r in rows if r.embedding is not None and len(r.embedding) == dim * 4]
+    if not usable:
+        return [], np.zeros((0, dim), dtype=np.float32)
+    matrix = np.frombuffer(b"".join(r.embedding for r in usable if r.embedding), dtype=np.float32)
+    return [r.num for r in usable], matrix.reshape(len(usable), dim)
+
+
+class IndexManager:
+    def __init__(self, db: Any, data_dir: Path, embedder: Embedder, settings: IndexSettings) -> None:
+        self.db = db
+        self.dir = Path(data_dir) / "index"
+        self.embedder = embedder
+        self.settings = settings
+        self._scopes: OrderedDict[str, LoadedScope] = OrderedDict()
+        self._loading: dict[str, asyncio.Lock] = {}
+
+    @property
+    def identity(self) -> str:
+        return self.embedder.identity
+
+    def snapshot_path(self, scope_key: str) -> Path:
+        return self.dir / f"{scope_key}.faiss"
+
+    def loaded_scopes(self) -> int:
+        return len(self._scopes)
+
+    def held_vectors(self) -> int:
+        return sum(entry.held_vectors for entry in self._scopes.values())
+
+    async def search(
+        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, k: int
+    ) -> Candidates:
+        """Up to ``k`` vector and ``k`` BM25 candidates of a scope, after catching up."""
+        entry = await self._get(scope)
+        async with entry.lock:
+            await self._catch_up(entry)
+            vectors = entry.vectors
+            vec_hits: list[tuple[int, float]] = []
+            if vector is not None and vectors is not None:
+                if vectors.total > _INLINE_SEARCH_MAX:
+                    vec_hits = await asyncio.to_thread(vectors.search, vector, k)
+                else:
+                    vec_hits = vectors.search(vector, k)
+            lex_hits = entry.lexical.search(query, k)
+            term_idf = entry.lexical.term_idf(query)
+        return Candidates(vec_hits, lex_hits, term_idf)
+
+    async def sync(self, scope: Scope) -> LoadedScope:
+        """Load the scope if needed and replay the change log into it."""
+        entry = await self._get(scope)
+        async with entry.lock:
+            await self._catch_up(entry)
+        return entry
+
+    async def snapshot(self, scope: Scope | str) -> bool:
+        """Write the scope's snapshot if it changed since the last one; True if written."""
+        key = scope if isinstance(scope, str) else scope.key
+        entry = self._scopes.get(key)
+        if entry is None:
+            return False
+        async with entry.lock:  # held while writing, so drop_scope cannot interleave
+            if entry.dropped:
+                return False
+            # Catch up first: a scope forgotten meanwhile is reset here, so forgotten
+            # entries can never reach the disk.
+            await self._catch_up(entry)
+            if not entry.dirty:
+                return False
+            payload = await asyncio.to_thread(self._encode, entry)
+            await asyncio.to_thread(snapshot_file.write_atomic, self.snapshot_path(key), payload)
+            entry.snapshot_seq = entry.seq
+        return True
+
+    async def snapshot_dirty(self) -> int:
+        written = 0
+        for key in list(self._scopes):
+            if await self.snapshot(key):
+                written += 1
+        return written
+
+    async def drop_scope(self, scope: Scope | str) -> None:
+        """Unload a scope and delete its snapshot files (used by forget)."""
+        key = scope if isinstance(scope, str) else scope.key
+        entry = self._scopes.pop(key, None)
+        if entry is not None:
+            async with entry.lock:
+                entry.dropped = True
+                entry.vectors, entry.lexical = None, LexicalIndex()
+                await asyncio.to_thread(self._delete_files, key)
+        else:
+            await asyncio.to_thread(self._delete_files, key)
+
+    async def rebuild(self, scope: Scope) -> LoadedScope:
+        """Discard the in-memory and on-disk index of a scope and rebuild it from SQLite."""
+        await self.drop_scope(scope)
+        entry = await self._get(scope)
+        await self.snapshot(scope)
+        return entry
+
+    async def unload(self, scope: Scope | str, *, snapshot: bool = True) -> None:
+        """Drop a scope from memory (after snapshotting it, unless told not to)."""
+        key = scope if isinstance(scope, str) else scope.key
+        if snapshot:
+            await self.snapshot(key)
+        self._scopes.pop(key, None)
+
+    async def unload_all(self) -> None:
+        for key in list(self._scopes):
+            await self.unload(key)
+
+    async def _get(self, scope: Scope) -> LoadedScope:
+        entry = self._scopes.get(scope.key)
+        if entry is None:
+            lock = self._loading.setdefault(scope.key, asyncio.Lock())
+            async with lock:
+                entry = self._scopes.get(scope.key)
+                if entry is None:
+                    entry = await self._load(scope)
+                    self._scopes[scope.key] = entry
+            self._loading.pop(scope.key, None)
+            await self._evict(keep=scope.key)
+        self._scopes.move_to_end(scope.key)
+        return entry
+
+    async def _load(self, scope: Scope) -> LoadedScope:
+        path = self.snapshot_path(scope.key)
+        started = time.perf_counter()
+        try:
+            entry = await asyncio.to_thread(self._decode_file, scope, path)
+            log.debug("loaded index snapshot of scope %s (seq %d)", scope.key[:12], entry.seq)
+            return entry
+        except FileNotFoundError:
+            reason = "no snapshot"
+        except (SnapshotError, ValueError, OSError, RuntimeError, KeyError) as exc:
+            reason = f"unusable snapshot ({exc})"
+        seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
+        entry = await asyncio.to_thread(self._build, scope, seq, rows)
+        # A scope without memories or snapshot is simply new: not worth an INFO line.
+        level = logging.DEBUG if not rows and reason == "no snapshot" else logging.INFO
+        log.log(
+            level, "rebuilt index of scope %s from SQLite: %s; %d memories in %.0f ms",
+            scope.key[:12], reason, len(rows), (time.perf_counter() - started) * 1000,
+        )  # fmt: skip
+        return entry
+
+    def _dim(self, rows: list[_Row]) -> int:
+        if self.embedder.dim:
+            return self.embedder.dim
+        return next((len(r.embedding) // 4 for r in rows if r.embedding), 0)
+
+    def _build(self, scope: Scope, seq: int, rows: list[_Row]) -> LoadedScope:
+        lexical = LexicalIndex()
+        for row in rows:
+            lexical.add(row.num, row.text or "")
+        dim = self._dim(rows)
+        vectors = None
+        if dim:
+            nums, matrix = _blob_vectors(rows, dim)
+            vectors = VectorSet(dim, hnsw=len(nums) > self.settings.hnsw_threshold)
+            vectors.add(nums, matrix)
+        return LoadedScope(scope, lexical, vectors, seq)
+
+    async def _catch_up(self, entry: LoadedScope) -> None:
+        """Replay changes after ``entry.seq``; caller holds ``entry.lock``."""
+        scope = entry.scope
+        latest = await self.db.run(lambda c: _max_seq(c, scope))
+        if latest == entry.seq:
+            return
+        seq, rows = await self.db.run(lambda c: _read_changes(c, scope, entry.seq, self.identity))
+        if latest < entry.seq or any(r.num == RESET_MARKER_NUM for r in rows):
+            await self._reset(entry)
+            return
+        if len(rows) > _INLINE_REPLAY_MAX:
+            await asyncio.to_thread(self._apply, entry, rows)
+        else:
+            self._apply(entry, rows)
+        entry.seq = max(seq, entry.seq)
+
+    async def _reset(self, entry: LoadedScope) -> None:
+        """The scope was forgotten elsewhere: rebuild from SQLite, drop the old snapshot."""
+        scope = entry.scope
+        seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
+        fresh = await asyncio.to_thread(self._build, scope, seq, rows)
+        entry.lexical, entry.vectors, entry.seq = fresh.lexical, fresh.vectors, seq
+        entry.snapshot_seq = -1
+        await asyncio.to_thread(self._delete_files, scope.key)
+        log.info("scope %s was forgotten elsewhere; index rebuilt", scope.key[:12])
+
+    def _apply(self, entry: LoadedScope, rows: list[_Row]) -> None:
+        for row in rows:
+            if row.text is None:
+                entry.lexical.remove(row.num)
+            else:
+                entry.lexical.add(row.num, row.text)
+        dim = entry.vectors.dim if entry.vectors is not None else self._dim(rows)
+        if not dim:
+            return
+        if entry.vectors is None:
+            entry.vectors = VectorSet(dim)
+        for row in rows:
+            entry.vectors.remove(row.num)  # gone, or re-embedded by another embedder
+        nums, matrix = _blob_vectors(rows, dim)
+        entry.vectors.add(nums, matrix)
+        wants_hnsw = len(entry.vectors) > self.settings.hnsw_threshold
+        if entry.vectors.needs_compaction() or wants_hnsw != entry.vectors.hnsw:
+            entry.vectors = entry.vectors.compact(hnsw=wants_hnsw)
+
+    async def _evict(self, keep: str) -> None:
+        """Unload least-recently-used scopes while over ``max_loaded_vectors`` (or too many scopes)."""
+        while len(self._scopes) > 1 and (
+            self.held_vectors() > self.settings.max_loaded_vectors or len(self._scopes) > MAX_LOADED_SCOPES
+        ):
+            key = next(iter(self._scopes))
+            if key == keep:
+                self._scopes.move_to_end(key)
+                key = next(iter(self._scopes))
+            await self.unload(key)  # snapshots first, so reloading it is cheap
+            log.info("unloaded index of scope %s (memory bound)", key[:12])
+
+    def _encode(self, entry: LoadedScope) -> list[bytes | memoryview]:
+        arrays = dict(entry.lexical.to_arrays())
+        dim, kind = 0, "none"
+        vectors = entry.vectors
+        if vectors is not None:
+            if vectors.needs_compaction():
+                entry.vectors = vectors = vectors.compact()
+            dim, kind = vectors.dim, "hnsw" if vectors.hnsw else "flat"
+            arrays["vec_nums"] = vectors.nums
+            if vectors.hnsw:  # the graph is costly to rebuild: keep FAISS's own encoding
+                arrays["faiss"] = faiss.serialize_index(vectors.index)
+            else:  # raw rows load with one memcpy
+                arrays["vectors"] = vectors.index.reconstruct_n(0, vectors.total).reshape(-1, dim)
+        header = {"identity": self.identity, "dim": dim, "kind": kind, "seq": entry.seq,
+                  "scope_key": entry.scope.key}  # fmt: skip
+        return snapshot_file.encode(header, arrays)
+
+    def _decode_file(self, scope: Scope, path: Path) -> LoadedScope:
+        return snapshot_file.load(path, lambda *parts: self._from_snapshot(scope, *parts))
+
+    def _from_snapshot(
+        self, scope: Scope, header: dict[str, Any], arrays: snapshot_file.Arrays, wait_verified: Callable[[], None]
+    ) -> LoadedScope:
+        if header.get("scope_key") != scope.key:
+            raise SnapshotError("snapshot of another scope")
+        if header.get("identity") != self.identity:
+            raise SnapshotError(f"embedder changed from {header.get('identity')}")
+        dim = int(header["dim"])
+        if self.embedder.dim and dim and dim != self.embedder.dim:
+            raise SnapshotError("dimension changed")
+        vectors = None
+        if header["kind"] == "hnsw":
+            wait_verified()  # FAISS's own parser is not safe on corrupt bytes
+            index = faiss.deserialize_index(np.array(arrays["faiss"]))
+            vectors = VectorSet(dim, True, index, arrays["vec_nums"])
+        elif header["kind"] == "flat":
+            index = faiss.IndexFlatIP(dim)
+            index.add(np.ascontiguousarray(arrays["vectors"], dtype=np.float32).reshape(-1, dim))
+            vectors = VectorSet(dim, False, index, arrays["vec_nums"])
+        lexical = LexicalIndex.from_arrays(arrays)
+        seq = int(header["seq"])
+        return LoadedScope(scope, lexical, vectors, seq, snapshot_seq=seq)
+
+    def _delete_files(self, scope_key: str) -> None:
+        if not self.dir.exists():
+            return
+        for path in self.dir.glob(f"{scope_key}.faiss*"):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+

@@ -1,0 +1,229 @@
+"""Capture: write each completed chat turn to the outbox, durably, without hurting the answer.
+
+What a turn is: the request's *new* input — the user and tool messages after the last
+assistant message (so a client resending its whole history does not re-capture old
+turns) — plus the assistant's reply (choice 0), tool calls included. System and
+developer messages, the caller's and memproxy's injected ``<memories>`` message alike,
+are never captured.
+
+Invariants:
+- A turn's messages and its job row commit in one SQLite transaction (``outbox.enqueue``).
+- The job id is chosen before the upstream call, so a streamed response's headers can
+  carry it; the job row only exists once the completion succeeded: non-streamed before
+  the response is returned, streamed when the upstream stream finished with a
+  ``finish_reason``. Failed, cut-off or client-aborted completions are not captured.
+- Capture never breaks the answer: a failed write is logged and counted and reported in
+  the ``X-Memproxy-Capture`` header when the headers are still unsent (``failed``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memproxy.db import Database
+from memproxy.outbox import queue as outbox
+from memproxy.scope import RequestScope, Scope
+
+log = logging.getLogger(__name__)
+
+HEADER = "X-Memproxy-Capture"
+OFF = "off"
+FAILED = "failed"
+CAPTURED_ROLES = ("user", "tool", "function")
+# Kept from a captured message besides role and content.
+_KEPT_KEYS = ("name", "tool_call_id", "tool_calls", "function_call")
+
+
+def content_text(content: Any) -> str | None:
+    """Text of a message's content; non-text parts (images, audio) become placeholders."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'attachment')}]")
+        return "\n".join(parts)
+    return str(content)
+
+
+def _normalized(message: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.get("role"), "content": content_text(message.get("content"))}
+    out.update({key: message[key] for key in _KEPT_KEYS if message.get(key)})
+    return out
+
+
+def new_input(messages: list[Any]) -> list[dict[str, Any]]:
+    """User and tool messages after the last assistant message, normalized."""
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            start = i + 1
+    return [
+        _normalized(m) for m in messages[start:] if isinstance(m, dict) and m.get("role") in CAPTURED_ROLES
+    ]
+
+
+def reply_from_response(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The assistant message of choice 0 of a (non-streamed) completion, if any."""
+    for choice in response.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(choice.get("message"), dict):
+            message = _normalized(choice["message"])
+            message["role"] = "assistant"
+            return message
+    return None
+
+
+class StreamAccumulator:
+    """Rebuilds choice 0's assistant message from relayed chunk dicts."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._content.append(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                self._merge_tool_call(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def _merge_tool_call(self, delta: dict[str, Any]) -> None:
+        slot = self._tool_calls.setdefault(
+            int(delta.get("index") or 0), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if delta.get("id"):
+            slot["id"] = delta["id"]
+        if delta.get("type"):
+            slot["type"] = delta["type"]
+        function = delta.get("function") or {}
+        if function.get("name") and not slot["function"]["name"]:
+            slot["function"]["name"] = function["name"]
+        if function.get("arguments"):
+            slot["function"]["arguments"] += function["arguments"]
+
+    @property
+    def complete(self) -> bool:
+        """The stream ended the way a finished completion does (with a finish reason)."""
+        return self.finish_reason is not None
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
+        if self._tool_calls:
+            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
+        return message
+
+
+@dataclass
+class PlannedCapture:
+    """A turn that will be captured if its completion succeeds; ``job_id`` is fixed now."""
+
+    job_id: str
+    scope: Scope
+    session_id: str
+    inputs: list[dict[str, Any]]
+
+
+@dataclass
+class CaptureStats:
+    captured: int = 0
+    failed: int = 0
+    skipped: int = 0  # completion failed or was aborted: nothing to capture
+    last_error: str | None = field(default=None, repr=False)
+
+
+class Capture:
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.clock = clock
+        # Wired by the app: wake the worker; count a failure in /metrics.
+        self.on_enqueued: Callable[[], None] | None = None
+        self.on_failure: Callable[[], None] | None = None
+        self.stats = CaptureStats()
+
+    def plan(self, request_scope: RequestScope, body: dict[str, Any]) -> PlannedCapture | None:
+        """None when this request captures nothing (memory off or ``X-Memproxy-Capture: off``)."""
+        if not request_scope.memory_on or not request_scope.capture:
+            return None
+        messages = body.get("messages")
+        inputs = new_input(messages if isinstance(messages, list) else [])
+        return PlannedCapture(outbox.new_job_id(), request_scope.scope, request_scope.session_id, inputs)
+
+    async def commit(self, plan: PlannedCapture, reply: dict[str, Any] | None) -> str:
+        """Write the turn and its job in one transaction; return the capture header value.
+
+        The job id when queued, ``failed`` when the write failed (logged and counted; the
+        answer goes out regardless), ``off`` when there was nothing to capture.
+        """
+        turn = [*plan.inputs, *([reply] if reply else [])]
+        if not turn:
+            self.stats.skipped += 1
+            return OFF
+        try:
+            await enqueue_turn(self.db, plan.job_id, plan.scope, plan.session_id, turn, self.clock())
+        except Exception as exc:
+            self.stats.failed += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("capture of job %s failed; the answer was still delivered: %s", plan.job_id, exc)
+            if self.on_failure is not None:
+                self.on_failure()
+            return FAILED
+        self.stats.captured += 1
+        if self.on_enqueued is not None:
+            self.on_enqueued()
+        return plan.job_id
+
+    async def enqueue_messages(self, scope: Scope, session_id: str, messages: list[dict[str, Any]]) -> str:
+        """Queue already-validated messages for extraction (``POST /v1/memories`` with
+        ``messages``); returns the job id. Raises if the write fails."""
+        job_id = outbox.new_job_id()
+        await enqueue_turn(self.db, job_id, scope, session_id, messages, self.clock())
+        if self.on_enqueued is not None:
+            self.on_enqueued()
+        return job_id
+
+    def not_captured(self, plan: PlannedCapture, reason: str) -> None:
+        self.stats.skipped += 1
+        log.info("turn of job %s not captured: %s", plan.job_id, reason)
+
+
+async def enqueue_turn(
+    db: Database, job_id: str, scope: Scope, session_id: str, messages: list[dict[str, Any]], now: float
+) -> None:
+    def write(conn: sqlite3.Connection) -> None:
+        with conn:
+            outbox.enqueue(conn, job_id, scope, session_id, messages, now)
+
+    await db.run(write)
+
+
+class StreamCapture:
+    """Feeds relayed chunks to an accumulator; commits when the upstream stream finished."""
+
+    def __init__(self, capture: Capture, plan: PlannedCapture) -> None:
+        self.capture = capture
+        self.plan = plan
+        self.accumulator = StreamAccumulator()
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        self.accumulator.feed(chunk)
+
+    async def finish(self) -> str:
+        """Called once the upstream stream ended without error (before ``[DONE]`` is sent)."""
+        if not self.accumulator.complete:
+            self.capture.not_captured(self.plan, "stream ended without a finish_reason")
+            return OFF
+        return await self.capture.commit(self.plan, self.accumulator.message())

@@ -1,0 +1,264 @@
+"""A scripted OpenAI-compatible upstream: the stand-in for a paid provider.
+
+Used by the test-suite, the benchmarks and ``memproxy demo``; it never runs in the
+proxy's own request path. Behaviour is chosen per request by the model name, so
+concurrent tests do not step on each other:
+
+- ``fail-500`` / ``fail-429`` / ``fail-401`` / ``fail-403`` / ``fail-404``: an OpenAI error
+- ``hang``: never answers (for timeouts; chat and embeddings)
+- ``drop``: streams two chunks, then cuts the connection
+- ``slow``: 50 ms between streamed chunks
+- ``tools``: answers with a tool call
+- anything else: a deterministic text answer (``reply_for``)
+
+Extraction calls (recognised by ``EXTRACTOR_MARKER`` in a system message) are answered
+from ``canned`` first, then by ``extractor`` if one is set, else by the rule-based
+``scripted_extractor.rule_extractor``. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import math
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from memproxy.testing.scripted_extractor import rule_extractor
+
+EXTRACTOR_MARKER = "memproxy-extractor"
+MEMORY_MARKER = "<memories>"
+EMBED_DIM = 64
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class ScriptedUpstream:
+    """State of the fake provider; ``app`` serves it."""
+
+    requests: list[Recorded] = field(default_factory=list)
+    canned: deque[str] = field(default_factory=deque)
+    # May return the answer or an awaitable of it (a test can hold an extraction open).
+    extractor: Callable[[dict[str, Any]], str | Awaitable[str]] | None = None
+    cancelled_streams: int = 0
+    completed_streams: int = 0
+
+    def chat_requests(self, *, extraction: bool | None = None) -> list[Recorded]:
+        out = [r for r in self.requests if r.path.endswith("/chat/completions")]
+        if extraction is not None:
+            out = [r for r in out if is_extraction(r.body) == extraction]
+        return out
+
+    def last_chat(self) -> Recorded:
+        return self.chat_requests(extraction=False)[-1]
+
+    def find_chat(self, needle: str) -> Recorded:
+        """The latest non-extraction chat request whose body mentions ``needle``."""
+        for rec in reversed(self.chat_requests(extraction=False)):
+            if needle in json.dumps(rec.body):
+                return rec
+        raise LookupError(needle)
+
+    @property
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    async def _record(self, request: Request) -> dict[str, Any]:
+        body: dict[str, Any] = json.loads(await request.body() or b"{}")
+        self.requests.append(Recorded(request.url.path, dict(request.headers), body))
+        return body
+
+    async def _models(self, request: Request) -> Response:
+        self.requests.append(Recorded(request.url.path, dict(request.headers), {}))
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in ("gpt-4o-mini", "tools")]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _embeddings(self, request: Request) -> Response:
+        body = await self._record(request)
+        if (failure := _failure(str(body.get("model", "")))) is not None:
+            return failure
+        if "hang" in str(body.get("model", "")):
+            await _hang(request)
+        inputs = body.get("input", [])
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        data = [{"object": "embedding", "index": i, "embedding": embed(str(t))} for i, t in enumerate(texts)]
+        usage = {"prompt_tokens": sum(len(str(t).split()) for t in texts), "total_tokens": 0}
+        usage["total_tokens"] = usage["prompt_tokens"]
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self._record(request)
+        model = str(body.get("model", ""))
+        if (failure := _failure(model)) is not None:
+            return failure
+        if "hang" in model:
+            await _hang(request)
+        if is_extraction(body):
+            answer = self.canned.popleft() if self.canned else (self.extractor or rule_extractor)(body)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return JSONResponse(_completion(body, answer, None))
+        tool_calls = _tool_calls(body) if "tools" in model else None
+        content = None if tool_calls else reply_for(body)
+        if body.get("stream"):
+            return StreamingResponse(self._stream(body, content, tool_calls), media_type="text/event-stream")
+        return JSONResponse(_completion(body, content, tool_calls))
+
+    async def _stream(
+        self, body: dict[str, Any], content: str | None, tool_calls: list[dict[str, Any]] | None
+    ) -> AsyncIterator[bytes]:
+        model = str(body.get("model", ""))
+        base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model}
+        try:
+            for i, delta in enumerate(_deltas(content, tool_calls)):
+                if "drop" in model and i == 2:
+                    raise ConnectionAbortedError("scripted drop")
+                if "slow" in model and i:
+                    await asyncio.sleep(0.05)
+                yield _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            finish = "tool_calls" if tool_calls else "stop"
+            yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield _sse({**base, "choices": [], "usage": _usage(body, content)})
+            yield b"data: [DONE]\n\n"
+            self.completed_streams += 1
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled_streams += 1
+            raise
+
+
+async def _hang(request: Request) -> None:
+    """Never answer, but notice the caller giving up, so shutting down does not wait on us."""
+    for _ in range(72_000):  # an hour in 50 ms steps
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(0.05)
+
+
+def is_extraction(body: dict[str, Any]) -> bool:
+    return any(
+        m.get("role") == "system" and EXTRACTOR_MARKER in str(m.get("content"))
+        for m in body.get("messages", [])
+        if isinstance(m, dict)
+    )
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def reply_for(body: dict[str, Any]) -> str:
+    """A deterministic answer that shows which memories the model was given."""
+    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+    last_user = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    facts: list[str] = []
+    for m in messages:
+        text = message_text(m)
+        if m.get("role") == "system" and MEMORY_MARKER in text:
+            facts += [line[2:].strip() for line in text.splitlines() if line.startswith("- ")]
+    answer = f"You said: {last_user}"
+    if facts:
+        answer += " | I remember: " + "; ".join(facts)
+    return answer
+
+
+def embed(text: str) -> list[float]:
+    """Deterministic unit vector for the fake embeddings endpoint."""
+    vec = [0.0] * EMBED_DIM
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+        vec[int.from_bytes(digest, "little") % EMBED_DIM] += 1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+def _no_facts(body: dict[str, Any]) -> str:
+    return json.dumps({"operations": []})
+
+
+def _failure(model: str) -> Response | None:
+    match = re.search(r"fail-(\d{3})", model)
+    if not match:
+        return None
+    status = int(match.group(1))
+    kinds = {401: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error",
+             429: "rate_limit_error"}
+    body = {"error": {"message": f"scripted failure {status}", "type": kinds.get(status, "server_error"),
+                      "param": None, "code": f"scripted_{status}"}}
+    return JSONResponse(body, status_code=status)
+
+
+def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    tools = body.get("tools") or [{"function": {"name": "lookup"}}]
+    name = tools[0].get("function", {}).get("name", "lookup")
+    return [{"id": "call_scripted_1", "type": "function",
+             "function": {"name": name, "arguments": json.dumps({"query": "weather in Paris"})}}]
+
+
+def _usage(body: dict[str, Any], content: str | None) -> dict[str, int]:
+    prompt = sum(len(message_text(m).split()) for m in body.get("messages", []) if isinstance(m, dict))
+    completion = len((content or "").split()) or 1
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _completion(body: dict[str, Any], content: str | None, tool_calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    n = int(body.get("n") or 1)
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex[:12],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "system_fingerprint": "fp_scripted",
+        "choices": [{"index": i, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"} for i in range(n)],
+        "usage": _usage(body, content),
+    }
+
+
+def _deltas(content: str | None, tool_calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if tool_calls:
+        call = tool_calls[0]
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        first = {"index": 0, "id": call["id"], "type": "function",
+                 "function": {"name": call["function"]["name"], "arguments": args[:half]}}
+        return [{"role": "assistant", "content": None, "tool_calls": [first]},
+                {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}]
+    words = (content or "").split(" ")
+    pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+    return [{"role": "assistant", "content": ""}] + [{"content": p} for p in pieces]
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"

@@ -1,0 +1,158 @@
+"""Capture: completed chat turns land in the outbox (messages + job), and nothing else does.
+
+Real HTTP → memproxy (uvicorn) → LiteLLM → scripted upstream; the outbox is read straight
+from the proxy's SQLite file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from memproxy.testing.scripted_upstream import MEMORY_MARKER, ScriptedUpstream
+from tests.support.memory_flow import DB_NAME, TOKEN, captured, chat, job, query, say, unique, wait_until
+from tests.support.proxy import Proxy
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def rows_mentioning(proxy: Proxy, needle: str) -> list[tuple[object, ...]]:
+    return query(proxy.data_dir, "SELECT job_id, role FROM messages WHERE content LIKE ?", (f"%{needle}%",))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_turn_is_captured_with_the_reply(proxy: Proxy, stream: bool) -> None:
+    text = unique("I live in Lisbon")
+    turn = say(proxy, text, user=unique("u"), session="s1", stream=stream)
+    assert turn.status == 200 and turn.job_id.startswith("job_")
+    assert turn.text == f"You said: {text}"
+    assert captured(proxy.data_dir, turn.job_id) == [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": turn.text},
+    ]
+    found = job(proxy.url, turn.job_id)
+    assert found is not None and found["session_id"] == "s1"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_and_tool_results_are_captured(proxy: Proxy, stream: bool) -> None:
+    user, ask = unique("u"), unique("What is the weather")
+    first = chat(proxy.url, [{"role": "user", "content": ask}], user=user, model="tools", tools=TOOLS, stream=stream)
+    call = {"id": "call_scripted_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"query": "weather in Paris"})}}  # fmt: skip
+    assert captured(proxy.data_dir, first.job_id) == [
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    history = [
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_scripted_1", "content": "Sunny, 21C"},
+    ]
+    second = chat(proxy.url, history, user=user, stream=stream)
+    assert [m["role"] for m in captured(proxy.data_dir, second.job_id)] == ["tool", "assistant"]
+    assert captured(proxy.data_dir, second.job_id)[0] == {
+        "role": "tool", "tool_call_id": "call_scripted_1", "content": "Sunny, 21C"}  # fmt: skip
+
+
+def test_resent_history_is_not_captured_again(proxy: Proxy) -> None:
+    user, old, new = unique("u"), unique("first question"), unique("second question")
+    first = say(proxy, old, user=user)
+    history = [{"role": "user", "content": old}, {"role": "assistant", "content": first.text},
+               {"role": "user", "content": new}]  # fmt: skip
+    second = chat(proxy.url, history, user=user)
+    assert captured(proxy.data_dir, second.job_id) == [
+        {"role": "user", "content": new}, {"role": "assistant", "content": second.text}]  # fmt: skip
+    assert len(rows_mentioning(proxy, old)) == 2  # the first turn's user message and its reply only
+
+
+def test_system_messages_and_injected_memories_are_never_captured(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    user, fact, system = unique("u"), unique("User collects stamps"), unique("You are terse")
+    with proxy.http() as http:
+        assert http.post("/v1/memories", json={"text": fact, "user_id": user}).status_code == 201
+    ask = unique("stamps question")
+    turn = chat(proxy.url, [{"role": "system", "content": system}, {"role": "user", "content": ask}], user=user)
+    forwarded = fake.find_chat(ask).body["messages"]
+    assert any(m["role"] == "system" and MEMORY_MARKER in m["content"] and fact in m["content"] for m in forwarded)
+    stored = captured(proxy.data_dir, turn.job_id)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert fact in (turn.text or "")  # the reply mentions the memory, so it is in the reply only
+    assert not any(MEMORY_MARKER in json.dumps(m) or system in json.dumps(m) for m in stored)
+    assert rows_mentioning(proxy, system) == []
+
+
+@pytest.mark.parametrize(("model", "stream"), [("fail-500", False), ("fail-500", True), ("drop", True)])
+def test_failed_completions_are_not_captured(proxy: Proxy, model: str, stream: bool) -> None:
+    text = unique("doomed")
+    turn = say(proxy, text, user=unique("u"), model=model, stream=stream)
+    assert turn.status == (200 if model == "drop" else 500)
+    time.sleep(0.2)
+    assert rows_mentioning(proxy, text) == []
+    if turn.job_id:
+        assert job(proxy.url, turn.job_id) is None
+
+
+def test_client_abort_mid_stream_is_not_captured(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    text = unique("abandoned")
+    headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": unique("u")}
+    body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": text + " " + "word " * 40}]}
+    with httpx.Client(base_url=proxy.url, timeout=30) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+            job_id = response.headers["x-memproxy-capture"]
+            lines = response.iter_lines()
+            next(lines)
+            next(lines)
+    time.sleep(0.5)
+    assert job_id.startswith("job_")
+    assert rows_mentioning(proxy, text) == [] and job(proxy.url, job_id) is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_capture_off_and_memory_off_capture_nothing(proxy: Proxy, stream: bool) -> None:
+    off = unique("not for memory")
+    turn = say(proxy, off, user=unique("u"), stream=stream, headers={"X-Memproxy-Capture": "off"})
+    assert turn.status == 200 and turn.headers["x-memproxy-capture"] == "off"
+    anonymous = unique("anonymous")
+    turn = say(proxy, anonymous, user=None, stream=stream)
+    assert turn.status == 200 and turn.headers["x-memproxy-capture"] == "off"
+    assert rows_mentioning(proxy, off) == [] and rows_mentioning(proxy, anonymous) == []
+
+
+@pytest.fixture
+def failing_outbox(proxy: Proxy) -> Iterator[str]:
+    """A real write failure: a trigger makes SQLite refuse this user's job rows."""
+    user = unique("broken-disk")
+    conn = sqlite3.connect(proxy.data_dir / DB_NAME, timeout=5)
+    conn.execute(f"CREATE TRIGGER refuse_capture BEFORE INSERT ON jobs WHEN NEW.user_id = '{user}' "
+                 "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")  # fmt: skip
+    conn.commit()
+    try:
+        yield user
+    finally:
+        conn.execute("DROP TRIGGER refuse_capture")
+        conn.commit()
+        conn.close()
+
+
+def _capture_failures(proxy: Proxy) -> float:
+    with proxy.http() as http:
+        text = http.get("/metrics").text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("memproxy_capture_failures_total")]
+    return values[0] if values else 0.0
+
+
+def test_capture_failure_never_breaks_the_answer(proxy: Proxy, failing_outbox: str) -> None:
+    before = _capture_failures(proxy)
+    text = unique("still answered")
+    plain = say(proxy, text, user=failing_outbox)
+    assert plain.status == 200 and plain.text == f"You said: {text}"
+    assert plain.headers["x-memproxy-capture"] == "failed"
+    streamed = say(proxy, text, user=failing_outbox, stream=True)
+    assert streamed.status == 200 and streamed.text == f"You said: {text}"
+    assert rows_mentioning(proxy, text) == []  # the messages rolled back with the job
+    assert wait_until(lambda: _capture_failures(proxy) >= before + 2)
