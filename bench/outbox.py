@@ -116,7 +116,10 @@ async def commit_cost(work: Path, turns: int) -> dict[str, Any]:
     await db.open()
     try:
         scope, waits = Scope("bench", "user", ""), []
-        turn = [{"role": "user", "content": "I like green tea"}, {"role": "assistant", "content": "Noted: green tea."}]
+        turn = [
+            {"role": "user", "content": "I like green tea"},
+            {"role": "assistant", "content": "Noted: green tea."},
+        ]
         for _ in range(turns):
             started = time.perf_counter()
             await enqueue_turn(db, new_job_id(), scope, "session", turn, time.time())
@@ -201,7 +204,9 @@ def run(quick: bool) -> dict[str, Any]:
         write = asyncio.run(commit_cost(work, 2000))
         fake_port = processes.free_port()
         fake_v1 = f"http://127.0.0.1:{fake_port}/v1"
-        with processes.running([processes.upstream_child(__file__, "--serve-fake", fake_port, work / "fake.log")]):
+        with processes.running(
+            [processes.upstream_child(__file__, "--serve-fake", fake_port, work / "fake.log")]
+        ):
             settings = config(fake_v1, work / "data-a", processes.free_port(), worker=False)
             with serving(settings, work, "serve-a") as url:
                 overhead = asyncio.run(capture_overhead(url, overhead_n))
@@ -227,7 +232,9 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

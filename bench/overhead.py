@@ -128,7 +128,9 @@ def same_answer_for_every_row() -> None:
     original = scripted_upstream.reply_for
 
     def reply_for(body: dict[str, Any]) -> str:
-        messages = [m for m in body.get("messages", []) if not (isinstance(m, dict) and m.get("role") == "system")]
+        messages = [
+            m for m in body.get("messages", []) if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         return original({**body, "messages": messages})
 
     scripted_upstream.reply_for = reply_for
@@ -182,7 +184,18 @@ def servers(plan: Plan, work: Path, settings_for: Callable[[str, int], Settings]
 
 def memory_texts(n: int) -> list[str]:
     """``n`` distinct, plausible facts (so lexical and vector search have real work)."""
-    foods = ["spinach", "carrots", "leeks", "peppers", "mushrooms", "tofu", "salmon", "lentils", "rice", "pasta"]
+    foods = [
+        "spinach",
+        "carrots",
+        "leeks",
+        "peppers",
+        "mushrooms",
+        "tofu",
+        "salmon",
+        "lentils",
+        "rice",
+        "pasta",
+    ]
     places = ["Berlin", "Lisbon", "Osaka", "Denver", "Nairobi", "Lyon", "Quito", "Hanoi", "Oslo", "Perth"]
     verbs = ["likes", "dislikes", "cooked", "bought", "wants to try", "is allergic to", "grows", "orders"]
     return [
@@ -197,7 +210,9 @@ async def seed_memories(settings: Settings, scope: Scope, n: int) -> int:
     from memproxy.memory.store import open_store
 
     async with open_store(settings) as store:
-        items = [{"text": text, "user_id": scope.user_id, "agent_id": scope.agent_id} for text in memory_texts(n)]
+        items = [
+            {"text": text, "user_id": scope.user_id, "agent_id": scope.agent_id} for text in memory_texts(n)
+        ]
         counts = await store.import_(scope.tenant, items)
         await store.index.sync(scope)
         await store.index.snapshot(scope)
@@ -370,7 +385,8 @@ def verdict(derived: dict[str, Any]) -> dict[str, Any]:
         "memory_delta_target_ms": MEMORY_DELTA_TARGET_MS,
         "memory_delta_p50_ms": deltas,
         "memory_delta_p50_c1_worst_ms": max(known_deltas) if known_deltas else None,
-        "memory_met": bool(c1_deltas) and len(known_deltas) == len(c1_deltas)
+        "memory_met": bool(c1_deltas)
+        and len(known_deltas) == len(c1_deltas)
         and max(known_deltas) <= MEMORY_DELTA_TARGET_MS,
     }
 

@@ -57,7 +57,10 @@ class Child:
 
     def start(self) -> None:
         # Without a local cost map LiteLLM fetches one from the internet at import.
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True")}
+        env = {
+            **os.environ,
+            "LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        }
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          preexec_fn=die_with_parent())  # fmt: skip

@@ -89,7 +89,10 @@ def rss_bytes() -> int:
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ms = np.asarray(samples) * 1000
-    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3)}
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+    }
 
 
 async def timed_searches(store: MemoryStore, queries: list[str], embed: bool) -> dict[str, float]:
@@ -133,7 +136,10 @@ async def bench_size(size: int, n_queries: int, dim: int, root: Path) -> dict[st
     db = Database(data_dir / "memproxy.sqlite3")
     await db.open()
     bulk_insert(db.path, texts, vectors, embedder.identity)
-    queries = [rng.choice(TEMPLATES).split("{")[0] + f"{rng.choice(THINGS)} {rng.choice(PLACES)}" for _ in range(n_queries)]
+    queries = [
+        rng.choice(TEMPLATES).split("{")[0] + f"{rng.choice(THINGS)} {rng.choice(PLACES)}"
+        for _ in range(n_queries)
+    ]
     queries[::10] = [f"order ZX-{rng.randint(1000, 99999)}" for _ in queries[::10]]
 
     store = await open_store(data_dir, embedder, db)

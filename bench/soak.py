@@ -105,6 +105,7 @@ class Tally:
 
 # -- processes --------------------------------------------------------------------------------
 
+
 @contextmanager
 def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     """The scripted upstream and memproxy, started side by side; both stopped and reaped on exit."""
@@ -112,8 +113,11 @@ def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path
     config = {
         "server": {"port": mp_port, "shutdown_grace_s": 10},
         "storage": {"data_dir": str(tmp / "data")},
-        "upstream": {"api_base": f"http://127.0.0.1:{up_port}/v1", "api_key": "sk-soak-provider",
-                     "timeout_s": UPSTREAM_TIMEOUT_S},
+        "upstream": {
+            "api_base": f"http://127.0.0.1:{up_port}/v1",
+            "api_key": "sk-soak-provider",
+            "timeout_s": UPSTREAM_TIMEOUT_S,
+        },
         "auth": {"mode": "keys", "keys": [{"key": key, "tenant": tenant} for tenant, key in KEYS.items()]},
         "embedding": {"provider": "hash"},
         "extraction": {"model": "extractor", "poll_interval_s": 0.1, "backoff_base_s": 0.1},
@@ -126,6 +130,7 @@ def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path
 
 
 # -- load -------------------------------------------------------------------------------------
+
 
 def headers_for(scope: ScopeRef, scenario: Scenario) -> dict[str, str]:
     headers = {"Authorization": f"Bearer {KEYS[scope.tenant]}"}
@@ -153,7 +158,9 @@ async def one_request(http: httpx.AsyncClient, tally: Tally, scope: ScopeRef, sc
     if scenario.stream:
         body["stream"] = True
     started = time.perf_counter()
-    async with http.stream("POST", "/v1/chat/completions", json=body, headers=headers_for(scope, scenario)) as r:
+    async with http.stream(
+        "POST", "/v1/chat/completions", json=body, headers=headers_for(scope, scenario)
+    ) as r:
         raw = (await r.aread()).decode()
         status, job = r.status_code, r.headers.get("x-memproxy-capture")
     seconds = time.perf_counter() - started
@@ -206,8 +213,9 @@ def parse_answer(raw: str, stream: bool) -> tuple[str, str | None]:
     return text, None
 
 
-async def client_loop(http: httpx.AsyncClient, tally: Tally, scopes: list[ScopeRef], deadline: float,
-                      rng: random.Random) -> None:
+async def client_loop(
+    http: httpx.AsyncClient, tally: Tally, scopes: list[ScopeRef], deadline: float, rng: random.Random
+) -> None:
     weights = [s.weight for s in SCENARIOS]
     while time.monotonic() < deadline:
         scenario = rng.choices(SCENARIOS, weights)[0]
@@ -240,9 +248,13 @@ class RssSampler:
         after = [mb for t, mb in self.samples if t >= warmup_s] or [mb for _, mb in self.samples]
         head, tail = after[:3], after[-3:]
         at_warmup, at_end = statistics.median(head), statistics.median(tail)
-        return {"at_start": round(self.samples[0][1], 1), "after_warmup": round(at_warmup, 1),
-                "end": round(at_end, 1), "peak": round(max(mb for _, mb in self.samples), 1),
-                "growth_after_warmup": round(at_end - at_warmup, 1)}
+        return {
+            "at_start": round(self.samples[0][1], 1),
+            "after_warmup": round(at_warmup, 1),
+            "end": round(at_end, 1),
+            "peak": round(max(mb for _, mb in self.samples), 1),
+            "growth_after_warmup": round(at_end - at_warmup, 1),
+        }
 
 
 async def drive(url: str, server_pid: int, args: argparse.Namespace, tally: Tally) -> dict[str, Any]:
@@ -254,8 +266,12 @@ async def drive(url: str, server_pid: int, args: argparse.Namespace, tally: Tall
     try:
         async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits) as http:
             deadline = started + args.duration
-            await asyncio.gather(*(client_loop(http, tally, scopes, deadline, random.Random(args.seed + n))
-                                   for n in range(args.clients)))
+            await asyncio.gather(
+                *(
+                    client_loop(http, tally, scopes, deadline, random.Random(args.seed + n))
+                    for n in range(args.clients)
+                )
+            )
     finally:
         sampling.cancel()
         try:
@@ -263,11 +279,15 @@ async def drive(url: str, server_pid: int, args: argparse.Namespace, tally: Tall
         except asyncio.CancelledError:
             pass
     elapsed = time.monotonic() - started
-    return {"elapsed_s": round(elapsed, 1), "rss_mb": sampler.summary(args.duration * args.warmup),
-            "scopes": scopes}
+    return {
+        "elapsed_s": round(elapsed, 1),
+        "rss_mb": sampler.summary(args.duration * args.warmup),
+        "scopes": scopes,
+    }
 
 
 # -- checks after the load --------------------------------------------------------------------
+
 
 def drain(url: str, timeout: float) -> float:
     """Wait until no tenant has pending or running jobs; returns the seconds it took."""
@@ -277,7 +297,9 @@ def drain(url: str, timeout: float) -> float:
             busy = 0
             for key in KEYS.values():
                 for status in ("pending", "running"):
-                    r = http.get("/v1/jobs", params={"status": status}, headers={"Authorization": f"Bearer {key}"})
+                    r = http.get(
+                        "/v1/jobs", params={"status": status}, headers={"Authorization": f"Bearer {key}"}
+                    )
                     busy += len(r.json()["data"])
             if not busy:
                 return time.monotonic() - started
@@ -302,8 +324,9 @@ def check_captures(db_path: Path, tally: Tally) -> dict[str, int]:
         "jobs": len(jobs),
         "missing_jobs": len(expected - jobs.keys()),
         "extra_jobs": len(jobs.keys() - expected),
-        "not_stored_once": sum(1 for job, text in tally.captured.items()
-                               if stored[text] != 1 or stored_under[text] != job),
+        "not_stored_once": sum(
+            1 for job, text in tally.captured.items() if stored[text] != 1 or stored_under[text] != job
+        ),
         "stored_but_should_not": sum(1 for text in tally.not_captured if stored[text]),
         "done": sum(1 for s in jobs.values() if s == "done"),
         "dead": sum(1 for s in jobs.values() if s == "dead"),
@@ -336,8 +359,11 @@ def check_isolation(url: str, scopes: list[ScopeRef], tally: Tally) -> dict[str,
                     tally.leaks.append(f"{scope.tenant}/{scope.user_id} lists {text!r}")
             twin = ScopeRef("beta" if scope.tenant == "alpha" else "alpha", scope.user_id)
             for other in (twin, rng.choice([s for s in scopes if s != scope])):
-                r = http.post("/v1/memories/search", json={"query": f"{other.marker} fact", "user_id": scope.user_id},
-                              headers={"Authorization": f"Bearer {KEYS[scope.tenant]}"})
+                r = http.post(
+                    "/v1/memories/search",
+                    json={"query": f"{other.marker} fact", "user_id": scope.user_id},
+                    headers={"Authorization": f"Bearer {KEYS[scope.tenant]}"},
+                )
                 r.raise_for_status()
                 for hit in r.json()["data"]:
                     if other.marker in str(hit["text"]):
@@ -368,7 +394,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tally = Tally()
     phases: dict[str, float] = {}
     clock = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="memproxy-soak-") as tmp, subprocesses(Path(tmp)) as (url, server, db):
+    with (
+        tempfile.TemporaryDirectory(prefix="memproxy-soak-") as tmp,
+        subprocesses(Path(tmp)) as (url, server, db),
+    ):
         phases["startup_s"] = time.monotonic() - clock
         load = asyncio.run(drive(url, server.pid, args, tally))
         drain_s = drain(url, timeout=max(120.0, args.duration))
@@ -384,23 +413,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rss = load["rss_mb"]
     checks = {
         "only_scripted_failures": tally.outcomes["unexpected"] == 0,
-        "captured_exactly_once": captures["missing_jobs"] == captures["extra_jobs"] == captures["not_stored_once"]
-        == captures["stored_but_should_not"] == captures["dead"] == 0 and captures["expected"] > 0,
+        "captured_exactly_once": captures["missing_jobs"]
+        == captures["extra_jobs"]
+        == captures["not_stored_once"]
+        == captures["stored_but_should_not"]
+        == captures["dead"]
+        == 0
+        and captures["expected"] > 0,
         "no_cross_scope_memory": not tally.leaks and isolation["memories_held"] > 0,
-        "rss_stable_after_warmup": rss["growth_after_warmup"] <= max(args.rss_slack_mb, 0.2 * rss["after_warmup"]),
+        "rss_stable_after_warmup": rss["growth_after_warmup"]
+        <= max(args.rss_slack_mb, 0.2 * rss["after_warmup"]),
         "healthy_after": ready,
         "graceful_exit_0": exit_code == 0,
     }
     return {
-        "duration_s": args.duration, "clients": args.clients, "scopes": isolation["scopes_checked"],
-        "requests": total, "requests_per_s": round(total / load["elapsed_s"], 1),
+        "duration_s": args.duration,
+        "clients": args.clients,
+        "scopes": isolation["scopes_checked"],
+        "requests": total,
+        "requests_per_s": round(total / load["elapsed_s"], 1),
         "outcomes": dict(sorted(tally.outcomes.items())),
         "latency": {name: percentiles(values) for name, values in sorted(tally.latencies.items())},
         "recalled_requests": tally.recalled_requests,
-        "captures": captures, "drain_s": round(drain_s, 2),
-        "phases_s": {name: round(value, 1) for name, value in phases.items()}, "isolation": isolation, "rss_mb": rss,
-        "unexpected_samples": tally.unexpected, "leak_samples": tally.leaks[:10],
-        "checks": checks, "passed": all(checks.values()),
+        "captures": captures,
+        "drain_s": round(drain_s, 2),
+        "phases_s": {name: round(value, 1) for name, value in phases.items()},
+        "isolation": isolation,
+        "rss_mb": rss,
+        "unexpected_samples": tally.unexpected,
+        "leak_samples": tally.leaks[:10],
+        "checks": checks,
+        "passed": all(checks.values()),
     }
 
 

@@ -127,7 +127,9 @@ def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memproxy", description="OpenAI-compatible proxy with long-term memory")
+    parser = argparse.ArgumentParser(
+        prog="memproxy", description="OpenAI-compatible proxy with long-term memory"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="path to config.yaml")

@@ -41,6 +41,7 @@ def database_path(data_dir: Path) -> Path:
     """Where a data dir keeps its database: the one file that is the source of truth."""
     return Path(data_dir) / DB_FILENAME
 
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",

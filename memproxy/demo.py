@@ -36,23 +36,28 @@ def _say(text: str = "") -> None:
 def demo_settings(upstream_url: str, data_dir: Path) -> Any:
     from memproxy.config import settings_from_dict
 
-    return settings_from_dict({
-        "storage": {"data_dir": str(data_dir)},
-        "upstream": {"api_base": upstream_url, "timeout_s": 10},
-        "embedding": {"provider": "hash"},
-        "extraction": {"model": "demo-extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.1},
-    })
+    return settings_from_dict(
+        {
+            "storage": {"data_dir": str(data_dir)},
+            "upstream": {"api_base": upstream_url, "timeout_s": 10},
+            "embedding": {"provider": "hash"},
+            "extraction": {"model": "demo-extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.1},
+        }
+    )
 
 
 def _chat(base_url: str, session: str, text: str) -> tuple[str, dict[str, str]]:
     import openai
 
     client = openai.OpenAI(
-        base_url=base_url + "/v1", api_key=TOKEN, max_retries=0,
+        base_url=base_url + "/v1",
+        api_key=TOKEN,
+        max_retries=0,
         default_headers={"X-Memproxy-User-Id": USER_ID, "X-Memproxy-Session-Id": session},
     )
     raw = client.chat.completions.with_raw_response.create(
-        model="demo-model", messages=[{"role": "user", "content": text}])
+        model="demo-model", messages=[{"role": "user", "content": text}]
+    )
     answer = raw.parse().choices[0].message.content or ""
     return answer, dict(raw.headers)
 
@@ -117,13 +122,18 @@ def run_demo() -> int:
     from memproxy.testing.scripted_upstream import ScriptedUpstream
 
     fake = ScriptedUpstream()
-    with tempfile.TemporaryDirectory(prefix="memproxy-demo-") as data_dir, BackgroundServer(fake.app) as upstream:
+    with (
+        tempfile.TemporaryDirectory(prefix="memproxy-demo-") as data_dir,
+        BackgroundServer(fake.app) as upstream,
+    ):
         settings = demo_settings(upstream.url + "/v1", Path(data_dir))
         with BackgroundServer(create_app(settings)) as proxy:
             ok = _conversations(proxy.url, lambda: fake.last_chat().body)
     seconds = time.monotonic() - started
     if ok:
-        _say(f"OK: the second conversation used both facts ({', '.join(EXPECTED)}). Finished in {seconds:.1f} s;")
+        _say(
+            f"OK: the second conversation used both facts ({', '.join(EXPECTED)}). Finished in {seconds:.1f} s;"
+        )
         _say("the temporary data dir has been removed. Next: `memproxy serve` with your provider key.")
         return 0
     _say(f"FAILED: the second answer did not use the remembered facts ({seconds:.1f} s).")

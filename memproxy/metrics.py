@@ -47,36 +47,60 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "memproxy_requests", "HTTP requests by route template, status code and whether the answer was streamed",
-            ["route", "method", "status", "streamed"], registry=r)
+            "memproxy_requests",
+            "HTTP requests by route template, status code and whether the answer was streamed",
+            ["route", "method", "status", "streamed"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
-            "memproxy_request_duration_seconds", "Whole-request latency, until the last byte was sent",
-            ["route", "streamed"], buckets=_LATENCY_BUCKETS, registry=r)
+            "memproxy_request_duration_seconds",
+            "Whole-request latency, until the last byte was sent",
+            ["route", "streamed"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.recall_seconds = Histogram(
-            "memproxy_recall_duration_seconds", "Time spent recalling memories for one chat request",
-            buckets=_RECALL_BUCKETS, registry=r)
+            "memproxy_recall_duration_seconds",
+            "Time spent recalling memories for one chat request",
+            buckets=_RECALL_BUCKETS,
+            registry=r,
+        )
         self.upstream_seconds = Histogram(
             "memproxy_upstream_duration_seconds",
             "Upstream chat call: the whole answer, or until the stream opened when streaming",
-            ["streamed"], buckets=_LATENCY_BUCKETS, registry=r)
+            ["streamed"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.recalled = Histogram(
-            "memproxy_recalled_memories", "Memories injected into one chat request",
-            buckets=_COUNT_BUCKETS, registry=r)
+            "memproxy_recalled_memories",
+            "Memories injected into one chat request",
+            buckets=_COUNT_BUCKETS,
+            registry=r,
+        )
         self.capture_failures = Counter(
-            "memproxy_capture_failures", "Chat turns that should have been captured but could not be queued",
-            registry=r)
+            "memproxy_capture_failures",
+            "Chat turns that should have been captured but could not be queued",
+            registry=r,
+        )
         self.recall_failures = Counter(
-            "memproxy_recall_failures", "Chat requests whose recall failed open (embedding/search error or timeout)",
-            registry=r)
+            "memproxy_recall_failures",
+            "Chat requests whose recall failed open (embedding/search error or timeout)",
+            registry=r,
+        )
         self.jobs = Gauge("memproxy_jobs", "Outbox jobs by status", ["status"], registry=r)
         self.extraction_attempts = Counter(
-            "memproxy_extraction_attempts", "Extraction calls by outcome", ["outcome"], registry=r)
+            "memproxy_extraction_attempts", "Extraction calls by outcome", ["outcome"], registry=r
+        )
         self.extraction_tokens = Counter(
-            "memproxy_extraction_tokens", "Tokens spent on extraction calls", ["kind"], registry=r)
-        self.index_scopes = Gauge("memproxy_index_scopes_loaded", "Scopes whose vector index is in memory",
-                                  registry=r)
-        self.index_vectors = Gauge("memproxy_index_vectors_held", "Memory vectors held in loaded indexes",
-                                   registry=r)
+            "memproxy_extraction_tokens", "Tokens spent on extraction calls", ["kind"], registry=r
+        )
+        self.index_scopes = Gauge(
+            "memproxy_index_scopes_loaded", "Scopes whose vector index is in memory", registry=r
+        )
+        self.index_vectors = Gauge(
+            "memproxy_index_vectors_held", "Memory vectors held in loaded indexes", registry=r
+        )
 
     # -- called from the request path -----------------------------------------------------
     def observe_request(self, route: str, method: str, status: int, streamed: bool, seconds: float) -> None:
@@ -101,7 +125,9 @@ class Metrics:
         try:
             yield
         finally:
-            self.upstream_seconds.labels("true" if streamed else "false").observe(time.perf_counter() - started)
+            self.upstream_seconds.labels("true" if streamed else "false").observe(
+                time.perf_counter() - started
+            )
 
     def capture_failed(self) -> None:
         self.capture_failures.inc()

@@ -68,7 +68,9 @@ def validate_id(value: object, param: str) -> str:
     if not isinstance(value, str):
         raise ApiError(400, f"{param} must be a string", param=param, code="invalid_scope")
     if len(value.encode("utf-8")) > MAX_ID_BYTES:
-        raise ApiError(400, f"{param} must be at most {MAX_ID_BYTES} bytes", param=param, code="invalid_scope")
+        raise ApiError(
+            400, f"{param} must be at most {MAX_ID_BYTES} bytes", param=param, code="invalid_scope"
+        )
     if not value.isprintable():
         raise ApiError(400, f"{param} must be printable text", param=param, code="invalid_scope")
     return value.strip()

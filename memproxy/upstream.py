@@ -24,13 +24,41 @@ from memproxy.config import UpstreamSettings
 from memproxy.errors import ApiError, error_type_for
 
 # Chat-completion parameters of the OpenAI API that LiteLLM maps itself.
-OPENAI_CHAT_PARAMS = frozenset({
-    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "max_tokens", "max_completion_tokens",
-    "n", "presence_penalty", "response_format", "seed", "stop", "stream", "stream_options", "temperature",
-    "top_p", "tools", "tool_choice", "parallel_tool_calls", "user", "functions", "function_call",
-    "modalities", "audio", "prediction", "reasoning_effort", "service_tier", "store", "web_search_options",
-    "verbosity", "prompt_cache_key", "safety_identifier",
-})
+OPENAI_CHAT_PARAMS = frozenset(
+    {
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "presence_penalty",
+        "response_format",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "functions",
+        "function_call",
+        "modalities",
+        "audio",
+        "prediction",
+        "reasoning_effort",
+        "service_tier",
+        "store",
+        "web_search_options",
+        "verbosity",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
+)
 EMBEDDING_PARAMS = frozenset({"encoding_format", "dimensions", "user"})
 
 
@@ -80,7 +108,9 @@ class Upstream:
     def chat_kwargs(self, body: dict[str, Any], credential: Credential | None) -> dict[str, Any]:
         kwargs = self.route(str(body["model"]), credential)
         known = {k: v for k, v in body.items() if k in OPENAI_CHAT_PARAMS}
-        extra = {k: v for k, v in body.items() if k not in OPENAI_CHAT_PARAMS and k not in ("model", "messages")}
+        extra = {
+            k: v for k, v in body.items() if k not in OPENAI_CHAT_PARAMS and k not in ("model", "messages")
+        }
         kwargs.update(known)
         kwargs["messages"] = body["messages"]
         if known:
@@ -122,8 +152,11 @@ class Upstream:
             raise upstream_http_error(response)
         data = list(response.json().get("data", []))
         known = {m.get("id") for m in data}
-        data += [{"id": name, "object": "model", "created": 0, "owned_by": "memproxy"}
-                 for name in self._aliases if name not in known]
+        data += [
+            {"id": name, "object": "model", "created": 0, "owned_by": "memproxy"}
+            for name in self._aliases
+            if name not in known
+        ]
         return {"object": "list", "data": data}
 
 
@@ -147,18 +180,34 @@ def to_api_error(exc: Exception) -> ApiError:
         return exc
     name = type(exc).__name__
     if name == "Timeout" or isinstance(exc, TimeoutError):
-        return ApiError(504, "The upstream provider did not answer in time.", type="timeout_error", code="upstream_timeout")
+        return ApiError(
+            504,
+            "The upstream provider did not answer in time.",
+            type="timeout_error",
+            code="upstream_timeout",
+        )
     status = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
     error = body.get("error", body) if isinstance(body, dict) else _error_from_response(exc)
     if name in ("APIConnectionError", "InternalServerError") and not isinstance(error, dict):
-        return ApiError(502, f"Upstream connection failed: {_plain_message(exc)}", type="server_error", code="upstream_unavailable")
+        return ApiError(
+            502,
+            f"Upstream connection failed: {_plain_message(exc)}",
+            type="server_error",
+            code="upstream_unavailable",
+        )
     if not isinstance(status, int) or status < 400:
         status = 500 if name != "BadRequestError" else 400
     headers = _passed_headers(exc)
     if isinstance(error, dict) and error.get("message"):
-        return ApiError(status, str(error["message"]), type=error.get("type") or error_type_for(status),
-                        param=error.get("param"), code=error.get("code"), headers=headers)
+        return ApiError(
+            status,
+            str(error["message"]),
+            type=error.get("type") or error_type_for(status),
+            param=error.get("param"),
+            code=error.get("code"),
+            headers=headers,
+        )
     return ApiError(status, _plain_message(exc), code=None, headers=headers)
 
 
@@ -176,10 +225,14 @@ def _error_from_response(exc: Exception) -> dict[str, Any] | None:
 
 def _passed_headers(exc: Exception) -> dict[str, str]:
     """Rate-limit hints the provider sent, so clients back off as they would against it."""
-    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(
+        getattr(exc, "response", None), "headers", None
+    )
     if not headers:
         return {}
-    return {k: v for k, v in headers.items() if k.lower() == "retry-after" or k.lower().startswith("x-ratelimit-")}
+    return {
+        k: v for k, v in headers.items() if k.lower() == "retry-after" or k.lower().startswith("x-ratelimit-")
+    }
 
 
 def _plain_message(exc: Exception) -> str:

@@ -32,7 +32,9 @@ def fake(upstream: tuple[ScriptedUpstream, str]) -> ScriptedUpstream:
 
 
 @pytest.fixture(scope="session")
-def proxy(upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+def proxy(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
     settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("passthrough"))
     server, handle = start_proxy(settings)
     yield handle
@@ -40,10 +42,14 @@ def proxy(upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="session")
-def keys_proxy(upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+def keys_proxy(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
     settings = proxy_settings(
-        upstream[1], tmp_path_factory.mktemp("keys"),
-        auth={"mode": "keys", "keys": KEYS}, upstream={"api_key": "sk-server-provider-key"},
+        upstream[1],
+        tmp_path_factory.mktemp("keys"),
+        auth={"mode": "keys", "keys": KEYS},
+        upstream={"api_key": "sk-server-provider-key"},
     )
     server, handle = start_proxy(settings)
     yield handle

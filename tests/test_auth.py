@@ -36,7 +36,9 @@ def test_missing_or_malformed_authorization_is_401(header: str | None) -> None:
 
 
 def test_scope_headers_cannot_choose_the_tenant() -> None:
-    scope = parse_request_scope("tenant-a", {"x-memproxy-user-id": "u", "x-memproxy-tenant": "tenant-b"}, None)
+    scope = parse_request_scope(
+        "tenant-a", {"x-memproxy-user-id": "u", "x-memproxy-tenant": "tenant-b"}, None
+    )
     assert scope.scope.tenant == "tenant-a"
 
 
@@ -51,6 +53,8 @@ def test_user_header_wins_over_body_user_and_memory_off_without_ids() -> None:
 def test_scope_key_hashes_parts_unambiguously() -> None:
     a = parse_request_scope("t", {"x-memproxy-user-id": "a", "x-memproxy-agent-id": "b"}, None).scope
     c = parse_request_scope("t", {"x-memproxy-user-id": "ab"}, None).scope
-    other_tenant = parse_request_scope("u", {"x-memproxy-user-id": "a", "x-memproxy-agent-id": "b"}, None).scope
+    other_tenant = parse_request_scope(
+        "u", {"x-memproxy-user-id": "a", "x-memproxy-agent-id": "b"}, None
+    ).scope
     assert len({a.key, c.key, other_tenant.key}) == 3
     assert len(a.key) == 64 and all(ch in "0123456789abcdef" for ch in a.key)

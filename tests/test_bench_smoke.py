@@ -48,4 +48,6 @@ def test_quick_bench_prints_every_row_mode_and_ratio() -> None:
     assert report["config"]["memories_seeded"] == 300
     assert isinstance(report["recall"]["recall_wired"], bool)
     assert report["recall"]["responses_seen"] > 0
-    assert {"ratio_p50", "ratio_p50_worst", "ratio_met", "memory_delta_p50_ms", "memory_met"} <= set(report["targets"])
+    assert {"ratio_p50", "ratio_p50_worst", "ratio_met", "memory_delta_p50_ms", "memory_met"} <= set(
+        report["targets"]
+    )

@@ -39,7 +39,9 @@ def data_dir(tmp_path: Path) -> Path:
     async def seed() -> None:
         async with open_store(data) as store:
             for i in range(30):
-                await store.add(ALICE, f"Alice fact {i}: parcel AL-{i:03d}", metadata={"i": i}, session_id="s")
+                await store.add(
+                    ALICE, f"Alice fact {i}: parcel AL-{i:03d}", metadata={"i": i}, session_id="s"
+                )
             for i in range(5):
                 await store.add(BOB, f"Bob fact {i}: ticket BO-{i:03d}")
             await store.add(OTHER_TENANT, "Another tenant's secret")
@@ -73,7 +75,9 @@ def test_reindex_rebuilds_every_scope_with_a_progress_bar(
     err = result.stderr.decode()
     assert "reindex [" in err and "100%" in err and "3/3 scopes" in err
     assert "reindexed 36 memories in 3 scope(s)" in err and "removed 1 orphan snapshot(s)" in err
-    assert sorted(p.name for p in index.iterdir()) == sorted(f"{s.key}.faiss" for s in (ALICE, BOB, OTHER_TENANT))
+    assert sorted(p.name for p in index.iterdir()) == sorted(
+        f"{s.key}.faiss" for s in (ALICE, BOB, OTHER_TENANT)
+    )
     caplog.set_level(logging.INFO, logger="memproxy.index.manager")
     assert len(search_ids(data_dir, ALICE, "AL-017")) == 3
     assert "rebuilt index" not in caplog.text  # the fresh snapshot loads (the corrupt one is gone)
@@ -93,7 +97,11 @@ def test_export_then_import_into_another_tenant(data_dir: Path, tmp_path: Path) 
     result = run(tmp_path, "export", "--tenant", TENANT, "--user-id", "alice", "--out", str(out))
     assert result.returncode == 0, result.stderr.decode()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(lines) == 30 and lines[7]["text"] == "Alice fact 7: parcel AL-007" and lines[7]["metadata"] == {"i": 7}
+    assert (
+        len(lines) == 30
+        and lines[7]["text"] == "Alice fact 7: parcel AL-007"
+        and lines[7]["metadata"] == {"i": 7}
+    )
     assert all("tenant" not in line for line in lines)
     everything = run(tmp_path, "export", "--tenant", TENANT)  # stdout, every scope of the tenant
     assert len(everything.stdout.decode().splitlines()) == 35 and b"Another tenant" not in everything.stdout

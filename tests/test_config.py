@@ -26,26 +26,40 @@ def test_repo_config_yaml_is_valid() -> None:
 def test_env_overrides_file_and_parses_types(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("server:\n  port: 7000\nrecall:\n  top_k: 3\n")
-    settings = load_settings(path, environ={
-        "MEMPROXY_SERVER__PORT": "9000", "MEMPROXY_STORAGE__DATA_DIR": "/data",
-        "MEMPROXY_SERVER__LOG_CONTENT": "true", "UNRELATED": "x"})
+    settings = load_settings(
+        path,
+        environ={
+            "MEMPROXY_SERVER__PORT": "9000",
+            "MEMPROXY_STORAGE__DATA_DIR": "/data",
+            "MEMPROXY_SERVER__LOG_CONTENT": "true",
+            "UNRELATED": "x",
+        },
+    )
     assert settings.server.port == 9000
     assert settings.server.log_content is True
     assert settings.storage.data_dir == Path("/data")
     assert settings.recall.top_k == 3
 
 
-@pytest.mark.parametrize(("yaml_text", "env", "needle"), [
-    ("server:\n  port: lots\n", {}, "server.port"),
-    ("server:\n  colour: blue\n", {}, "server.colour"),
-    ("", {"MEMPROXY_RECALL__TOP_K": "0"}, "recall.top_k"),
-    ("auth:\n  mode: keys\n", {}, "auth"),
-    ("auth:\n  mode: keys\n  keys:\n    - {key: short, tenant: a}\n", {}, "auth.keys.0.key"),
-    ("auth:\n  mode: keys\n  keys:\n    - {key: aaaaaaaaaaaaaaaaaaaa, tenant: a}\n    - {key: aaaaaaaaaaaaaaaaaaaa, tenant: b}\n",
-     {}, "same key twice"),
-    ("- just\n- a list\n", {}, "mapping"),
-])
-def test_invalid_config_names_the_key(tmp_path: Path, yaml_text: str, env: dict[str, str], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "needle"),
+    [
+        ("server:\n  port: lots\n", {}, "server.port"),
+        ("server:\n  colour: blue\n", {}, "server.colour"),
+        ("", {"MEMPROXY_RECALL__TOP_K": "0"}, "recall.top_k"),
+        ("auth:\n  mode: keys\n", {}, "auth"),
+        ("auth:\n  mode: keys\n  keys:\n    - {key: short, tenant: a}\n", {}, "auth.keys.0.key"),
+        (
+            "auth:\n  mode: keys\n  keys:\n    - {key: aaaaaaaaaaaaaaaaaaaa, tenant: a}\n    - {key: aaaaaaaaaaaaaaaaaaaa, tenant: b}\n",
+            {},
+            "same key twice",
+        ),
+        ("- just\n- a list\n", {}, "mapping"),
+    ],
+)
+def test_invalid_config_names_the_key(
+    tmp_path: Path, yaml_text: str, env: dict[str, str], needle: str
+) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml_text)
     with pytest.raises(ConfigError) as err:
@@ -65,7 +79,11 @@ def test_config_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_serve_refuses_bad_config_with_exit_code_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("upstream:\n  timeout_s: -1\n")
-    result = subprocess.run([sys.executable, "-m", "memproxy", "serve", "--config", str(path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "memproxy", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "upstream.timeout_s" in result.stderr

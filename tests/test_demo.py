@@ -10,9 +10,17 @@ from pathlib import Path
 
 def test_demo_captures_then_recalls_both_facts(tmp_path: Path) -> None:
     # No provider key and an empty working dir: the demo must need neither.
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("MEMPROXY_")}
-    result = subprocess.run([sys.executable, "-m", "memproxy", "demo"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
+    env = {
+        k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("MEMPROXY_")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "memproxy", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     memories_section = out.split("2)")[1].split("3)")[0]

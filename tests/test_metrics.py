@@ -32,8 +32,11 @@ def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy:
     before = scrape(proxy)
     client = proxy.client(**{"X-Memproxy-User-Id": "metrics-" + uuid.uuid4().hex[:8]})
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
-    list(client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
-                                        stream=True))
+    list(
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "hi"}])
     after = scrape(proxy)
@@ -43,11 +46,16 @@ def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy:
     streamed = {**plain, "streamed": "true"}
     limited = {**plain, "status": "429"}
     for labels in (plain, streamed, limited):
-        assert value(after, "memproxy_requests_total", **labels) == value(before, "memproxy_requests_total", **labels) + 1
+        assert (
+            value(after, "memproxy_requests_total", **labels)
+            == value(before, "memproxy_requests_total", **labels) + 1
+        )
 
     for flag in ("true", "false"):
         count = "memproxy_request_duration_seconds_count"
-        assert value(after, count, route=route, streamed=flag) > value(before, count, route=route, streamed=flag)
+        assert value(after, count, route=route, streamed=flag) > value(
+            before, count, route=route, streamed=flag
+        )
         up = "memproxy_upstream_duration_seconds_count"
         assert value(after, up, streamed=flag) > value(before, up, streamed=flag)
     assert value(after, "memproxy_upstream_duration_seconds_sum", streamed="false") > 0
@@ -58,8 +66,17 @@ def test_unknown_paths_share_one_route_label(proxy: Proxy) -> None:
     assert httpx.get(proxy.url + path, timeout=10).status_code == 404
     samples = scrape(proxy)
     assert not any(path in str(key) for key in samples)
-    assert value(samples, "memproxy_requests_total", route="(unmatched)", method="GET", status="404",
-                 streamed="false") >= 1
+    assert (
+        value(
+            samples,
+            "memproxy_requests_total",
+            route="(unmatched)",
+            method="GET",
+            status="404",
+            streamed="false",
+        )
+        >= 1
+    )
 
 
 def test_gauges_mirror_jobs_and_index_state(proxy: Proxy) -> None:
@@ -68,8 +85,11 @@ def test_gauges_mirror_jobs_and_index_state(proxy: Proxy) -> None:
         assert ("memproxy_jobs", (("status", status),)) in samples
     assert ("memproxy_index_scopes_loaded", ()) in samples
     assert ("memproxy_index_vectors_held", ()) in samples
-    for name in ("memproxy_capture_failures_total", "memproxy_recall_duration_seconds_count",
-                 "memproxy_recalled_memories_count"):
+    for name in (
+        "memproxy_capture_failures_total",
+        "memproxy_recall_duration_seconds_count",
+        "memproxy_recalled_memories_count",
+    ):
         assert (name, ()) in samples
 
 
@@ -79,8 +99,9 @@ def test_each_app_has_its_own_registry(proxy: Proxy, keys_proxy: Proxy) -> None:
         httpx.get(proxy.url + "/healthz", timeout=10)
     after_keys = scrape(keys_proxy)
     labels = {"route": "/healthz", "method": "GET", "status": "200", "streamed": "false"}
-    assert value(after_keys, "memproxy_requests_total", **labels) == value(before_keys, "memproxy_requests_total",
-                                                                             **labels)
+    assert value(after_keys, "memproxy_requests_total", **labels) == value(
+        before_keys, "memproxy_requests_total", **labels
+    )
     assert value(scrape(proxy), "memproxy_requests_total", **labels) >= 3
 
 
@@ -89,7 +110,8 @@ def test_capture_extraction_and_index_metrics_follow_a_turn(proxy: Proxy) -> Non
     user = "metrics-x-" + uuid.uuid4().hex[:8]
     client = proxy.client(**{"X-Memproxy-User-Id": user})
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": f"Remember that {user} plays the oboe"}])
+        model="gpt-4o-mini", messages=[{"role": "user", "content": f"Remember that {user} plays the oboe"}]
+    )
     job = raw.headers["x-memproxy-capture"]
     with proxy.http() as http:
         deadline = time.monotonic() + 20
@@ -104,7 +126,11 @@ def test_capture_extraction_and_index_metrics_follow_a_turn(proxy: Proxy) -> Non
     tokens = "memproxy_extraction_tokens_total"
     assert value(after, tokens, kind="prompt") > value(before, tokens, kind="prompt")
     assert value(after, "memproxy_jobs", status="done") >= value(before, "memproxy_jobs", status="done") + 1
-    assert value(after, "memproxy_recall_duration_seconds_count") > value(before, "memproxy_recall_duration_seconds_count")
-    assert value(after, "memproxy_recalled_memories_sum") >= value(before, "memproxy_recalled_memories_sum") + 1
+    assert value(after, "memproxy_recall_duration_seconds_count") > value(
+        before, "memproxy_recall_duration_seconds_count"
+    )
+    assert (
+        value(after, "memproxy_recalled_memories_sum") >= value(before, "memproxy_recalled_memories_sum") + 1
+    )
     assert value(after, "memproxy_index_scopes_loaded") >= 1
     assert value(after, "memproxy_index_vectors_held") >= 1

@@ -27,14 +27,21 @@ TOKEN = "sk-shutdown-test"
 
 
 def chat(url: str, user: str, text: str, **extra: object) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", timeout=30,
-                      headers={"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": user},
-                      json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], **extra})
+    return httpx.post(
+        url + "/v1/chat/completions",
+        timeout=30,
+        headers={"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": user},
+        json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], **extra},
+    )
 
 
 def memories(url: str, user: str) -> list[dict[str, object]]:
-    response = httpx.get(url + "/v1/memories", params={"user_id": user}, timeout=10,
-                         headers={"Authorization": f"Bearer {TOKEN}"})
+    response = httpx.get(
+        url + "/v1/memories",
+        params={"user_id": user},
+        timeout=10,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
     assert response.status_code == 200, response.text
     data: list[dict[str, object]] = response.json()["data"]
     return data
@@ -72,8 +79,9 @@ class StreamReader(threading.Thread):
         body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": self.text}]}
         headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": self.user}
         try:
-            with httpx.stream("POST", self.url + "/v1/chat/completions", json=body, headers=headers,
-                              timeout=30) as response:
+            with httpx.stream(
+                "POST", self.url + "/v1/chat/completions", json=body, headers=headers, timeout=30
+            ) as response:
                 self.headers = dict(response.headers)
                 for line in response.iter_lines():
                     if line:
@@ -123,13 +131,18 @@ def test_sigterm_finishes_streams_and_restart_redoes_nothing(
     assert code == 0, server.log_text()
     assert reader.error is None, reader.error
     assert reader.lines[-1] == "data: [DONE]", reader.lines[-3:]
-    words = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
-                    for line in reader.lines[:-1] if json.loads(line[6:]).get("choices"))
+    words = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in reader.lines[:-1]
+        if json.loads(line[6:]).get("choices")
+    )
     assert "word39" in words
     streamed_job = reader.headers["x-memproxy-capture"]
     jobs = job_rows(data_dir)
     assert streamed_job in jobs, "the turn that finished during shutdown was captured"
-    assert all(status != "running" and owner is None for status, owner in jobs.values() if status != "done"), jobs
+    assert all(
+        status != "running" and owner is None for status, owner in jobs.values() if status != "done"
+    ), jobs
     snapshots = list((data_dir / "index").glob("*.faiss"))
     assert snapshots, "index snapshots written on shutdown"
     mtimes = {p: p.stat().st_mtime_ns for p in snapshots}

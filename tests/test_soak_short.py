@@ -11,8 +11,12 @@ SOAK = Path(__file__).resolve().parents[1] / "bench" / "soak.py"
 
 
 def test_short_soak_passes_every_check() -> None:
-    result = subprocess.run([sys.executable, str(SOAK), "--duration", "30", "--clients", "16"],
-                            capture_output=True, text=True, timeout=170)
+    result = subprocess.run(
+        [sys.executable, str(SOAK), "--duration", "30", "--clients", "16"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     report = json.loads(result.stdout)
     failed = [name for name, ok in report["checks"].items() if not ok]
     assert not failed, json.dumps(report, indent=1)

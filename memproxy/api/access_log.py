@@ -27,7 +27,17 @@ access_log = logging.getLogger("memproxy.access")
 
 CONTENT_CAP = 64 * 1024
 UNMATCHED_ROUTE = "(unmatched)"
-_FIELD_ORDER = ("request_id", "tenant", "method", "route", "status", "streamed", "latency_ms", "recalled", "job")
+_FIELD_ORDER = (
+    "request_id",
+    "tenant",
+    "method",
+    "route",
+    "status",
+    "streamed",
+    "latency_ms",
+    "recalled",
+    "job",
+)
 
 
 class _Exchange:

@@ -70,8 +70,11 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
-    return _error_response(ApiError(400, f"Invalid request: {first.get('msg', 'bad input')}", param=param,
-                                    code="invalid_request"))
+    return _error_response(
+        ApiError(
+            400, f"Invalid request: {first.get('msg', 'bad input')}", param=param, code="invalid_request"
+        )
+    )
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:

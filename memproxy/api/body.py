@@ -35,13 +35,17 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
 
 
 def _too_large(max_bytes: int) -> ApiError:
-    return ApiError(413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large")
+    return ApiError(
+        413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large"
+    )
 
 
 def require_str(body: dict[str, Any], field: str) -> str:
     value = body.get(field)
     if value is None:
-        raise ApiError(400, f"Missing required parameter: '{field}'.", param=field, code="missing_required_parameter")
+        raise ApiError(
+            400, f"Missing required parameter: '{field}'.", param=field, code="missing_required_parameter"
+        )
     if not isinstance(value, str) or not value:
         raise ApiError(400, f"'{field}' must be a non-empty string.", param=field, code="invalid_type")
     return value
@@ -52,11 +56,21 @@ def validate_chat_body(body: dict[str, Any]) -> None:
     require_str(body, "model")
     messages = body.get("messages")
     if messages is None:
-        raise ApiError(400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
+        raise ApiError(
+            400,
+            "Missing required parameter: 'messages'.",
+            param="messages",
+            code="missing_required_parameter",
+        )
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty array.", param="messages", code="invalid_type")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a 'role'.", param=f"messages[{i}]", code="invalid_type")
+            raise ApiError(
+                400,
+                f"messages[{i}] must be an object with a 'role'.",
+                param=f"messages[{i}]",
+                code="invalid_type",
+            )
     if "stream" in body and not isinstance(body["stream"], bool):
         raise ApiError(400, "'stream' must be a boolean.", param="stream", code="invalid_type")

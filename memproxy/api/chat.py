@@ -95,7 +95,11 @@ async def _recall(
 
 
 async def _stream(
-    services: Any, credential: Any, forwarded: dict[str, Any], headers: dict[str, str], plan: PlannedCapture | None
+    services: Any,
+    credential: Any,
+    forwarded: dict[str, Any],
+    headers: dict[str, str],
+    plan: PlannedCapture | None,
 ) -> Response:
     # Errors before the first chunk (auth, rate limit, timeout) still get a real status code.
     with services.metrics.time_upstream(streamed=True):

@@ -21,7 +21,9 @@ async def get_services(request: Request) -> Services:
     return services
 
 
-async def get_credential(request: Request, services: Annotated[Services, Depends(get_services)]) -> Credential:
+async def get_credential(
+    request: Request, services: Annotated[Services, Depends(get_services)]
+) -> Credential:
     credential = services.auth.authenticate(request.headers.get("authorization"))
     # For the access log: the tenant only ever appears there as this short hash.
     request.state.tenant_hash = credential.tenant_hash

@@ -41,7 +41,9 @@ DEFAULT_TOP_K = 10
 MAX_TOP_K = 100
 NDJSON = "application/x-ndjson"
 
-_CREATE_FIELDS = frozenset({"user_id", "agent_id", "session_id", "text", "messages", "metadata", "expires_at"})
+_CREATE_FIELDS = frozenset(
+    {"user_id", "agent_id", "session_id", "text", "messages", "metadata", "expires_at"}
+)
 _PATCH_FIELDS = frozenset({"text", "metadata", "expires_at"})
 _SEARCH_FIELDS = frozenset({"query", "user_id", "agent_id", "top_k", "min_score"})
 # Roles a queued turn keeps (as capture does); system/developer prompts are not facts.
@@ -150,10 +152,14 @@ async def create_memory(request: Request, credential: CredentialDep, services: S
         if "text" in body:
             raise _bad("messages", "Send either 'text' or 'messages', not both.", code="invalid_value")
         job_id = await services.capture.enqueue_messages(scope, session_id, _turn_messages(body["messages"]))
-        return JSONResponse({"job_id": job_id, "object": "memproxy.job", "status": "pending"}, status_code=202)
+        return JSONResponse(
+            {"job_id": job_id, "object": "memproxy.job", "status": "pending"}, status_code=202
+        )
     text = _optional_text(body, "text")
     if text is None:
-        raise _bad("text", "Missing required parameter: 'text' (or 'messages').", code="missing_required_parameter")
+        raise _bad(
+            "text", "Missing required parameter: 'text' (or 'messages').", code="missing_required_parameter"
+        )
     expires_at = _expires(body)
     try:
         memory = await services.store.add(
@@ -257,7 +263,9 @@ def to_jsonl(items: list[dict[str, Any]]) -> bytes:
 
 async def read_bytes(request: Request, max_bytes: int) -> bytes:
     """The raw body within ``max_bytes`` (413 beyond, checked while reading)."""
-    too_large = ApiError(413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large")
+    too_large = ApiError(
+        413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large"
+    )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise too_large

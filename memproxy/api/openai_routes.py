@@ -24,7 +24,9 @@ async def create_embeddings(request: Request, credential: CredentialDep, service
     body = await read_json_object(request, services.settings.server.max_body_bytes)
     require_str(body, "model")
     if not isinstance(body.get("input"), str | list) or not body.get("input"):
-        raise ApiError(400, "'input' must be a non-empty string or array.", param="input", code="invalid_type")
+        raise ApiError(
+            400, "'input' must be a non-empty string or array.", param="input", code="invalid_type"
+        )
     return JSONResponse(await services.upstream.embeddings(body, credential))
 
 

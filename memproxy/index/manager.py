@@ -374,7 +374,11 @@ class IndexManager:
         return snapshot_file.load(path, lambda *parts: self._from_snapshot(scope, *parts))
 
     def _from_snapshot(
-        self, scope: Scope, header: dict[str, Any], arrays: snapshot_file.Arrays, wait_verified: Callable[[], None]
+        self,
+        scope: Scope,
+        header: dict[str, Any],
+        arrays: snapshot_file.Arrays,
+        wait_verified: Callable[[], None],
     ) -> LoadedScope:
         if header.get("scope_key") != scope.key:
             raise SnapshotError("snapshot of another scope")
@@ -402,4 +406,3 @@ class IndexManager:
         for path in self.dir.glob(f"{scope_key}.faiss*"):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-

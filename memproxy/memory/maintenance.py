@@ -32,8 +32,6 @@ class OperatorError(Exception):
     """A problem the operator can fix (bad argument, bad input line)."""
 
 
-
-
 class ProgressBar:
     """A plain text bar on stderr: redrawn in place on a terminal, one line per 10% otherwise."""
 
@@ -81,9 +79,13 @@ def _scopes(conn: sqlite3.Connection, scope_key: str | None) -> list[tuple[Scope
     return [(Scope(r[0], r[1], r[2]), int(r[3])) for r in rows]
 
 
-async def reindex(settings: Settings, scope_key: str | None = None, stream: TextIO | None = None) -> ReindexResult:
+async def reindex(
+    settings: Settings, scope_key: str | None = None, stream: TextIO | None = None
+) -> ReindexResult:
     if scope_key is not None and not SCOPE_KEY.match(scope_key):
-        raise OperatorError("--scope must be a scope key: 64 lowercase hex characters (a snapshot file's name)")
+        raise OperatorError(
+            "--scope must be a scope key: 64 lowercase hex characters (a snapshot file's name)"
+        )
     async with open_store(settings) as store:
         reembedded = await store.reembed_stale()
         scopes = await store.db.run(lambda c: _scopes(c, scope_key))

@@ -362,7 +362,9 @@ def forget_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, int]:
     """
     counts: dict[str, int] = {}
     for table in ("memories", "history", "messages", "jobs", "changes"):
-        cursor = conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND scope_key = ?", (scope.tenant, scope.key))
+        cursor = conn.execute(
+            f"DELETE FROM {table} WHERE tenant = ? AND scope_key = ?", (scope.tenant, scope.key)
+        )
         counts[table] = cursor.rowcount
     conn.execute(
         "INSERT INTO changes (tenant, scope_key, memory_num, op) VALUES (?, ?, ?, 'delete')",

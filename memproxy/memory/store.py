@@ -128,7 +128,13 @@ class MemoryStore:
         return memory
 
     async def list_memories(
-        self, tenant: str, user_id: str | None, agent_id: str | None, *, limit: int = 50, cursor: str | None = None
+        self,
+        tenant: str,
+        user_id: str | None,
+        agent_id: str | None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> tuple[list[Memory], str | None]:
         now, limit = self.clock(), max(1, min(limit, 1000))
         return await self.db.run(

@@ -74,7 +74,11 @@ def new_input(messages: list[Any]) -> list[dict[str, Any]]:
 def reply_from_response(response: dict[str, Any]) -> dict[str, Any] | None:
     """The assistant message of choice 0 of a (non-streamed) completion, if any."""
     for choice in response.get("choices") or []:
-        if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(choice.get("message"), dict):
+        if (
+            isinstance(choice, dict)
+            and choice.get("index", 0) == 0
+            and isinstance(choice.get("message"), dict)
+        ):
             message = _normalized(choice["message"])
             message["role"] = "assistant"
             return message
@@ -103,7 +107,8 @@ class StreamAccumulator:
 
     def _merge_tool_call(self, delta: dict[str, Any]) -> None:
         slot = self._tool_calls.setdefault(
-            int(delta.get("index") or 0), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            int(delta.get("index") or 0),
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
         )
         if delta.get("id"):
             slot["id"] = delta["id"]

@@ -113,7 +113,9 @@ def build_messages(data: ExtractionInput, instructions: str = "") -> list[dict[s
     ids = local_ids(data.memories)
     payload = {
         "today": data.today,
-        "existing_memories": [{"id": local, "text": m.text} for local, m in zip(ids, data.memories, strict=True)],
+        "existing_memories": [
+            {"id": local, "text": m.text} for local, m in zip(ids, data.memories, strict=True)
+        ],
         "earlier_messages": [_brief(m) for m in data.earlier_messages],
         "new_messages": [_brief(m) for m in data.new_messages],
     }
@@ -190,7 +192,9 @@ def _usage(response: Any) -> tuple[int, int]:
 
 
 class Extractor:
-    def __init__(self, upstream: Upstream, settings: ExtractionSettings, upstream_settings: UpstreamSettings) -> None:
+    def __init__(
+        self, upstream: Upstream, settings: ExtractionSettings, upstream_settings: UpstreamSettings
+    ) -> None:
         self.upstream = upstream
         self.settings = settings
         self._credential = self._worker_credential(settings.model, upstream_settings)

@@ -120,9 +120,7 @@ def enqueue(
     )
 
 
-def claim(
-    conn: sqlite3.Connection, owner: str, now: float, lease_s: float, max_jobs: int
-) -> list[Job]:
+def claim(conn: sqlite3.Connection, owner: str, now: float, lease_s: float, max_jobs: int) -> list[Job]:
     """Lease the oldest due job plus up to ``max_jobs - 1`` more due jobs of its scope.
 
     Due: pending with ``next_attempt_at <= now``, or running with an expired lease.
@@ -164,7 +162,9 @@ def _owned_update(conn: sqlite3.Connection, job_ids: Sequence[str], owner: str, 
         {**params, "owner": owner, **{f"id{i}": job_id for i, job_id in enumerate(job_ids)}},
     )
     if cursor.rowcount != len(job_ids):
-        raise LeaseLost(f"{len(job_ids) - cursor.rowcount} of {len(job_ids)} jobs are no longer leased by {owner}")
+        raise LeaseLost(
+            f"{len(job_ids) - cursor.rowcount} of {len(job_ids)} jobs are no longer leased by {owner}"
+        )
 
 
 def token_shares(total: int, parts: int) -> list[int]:
@@ -251,7 +251,9 @@ def release(conn: sqlite3.Connection, owner: str, now: float) -> int:
 
 
 def get_job(conn: sqlite3.Connection, tenant: str, job_id: str) -> Job | None:
-    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
+    row = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE tenant = ? AND id = ?", (tenant, job_id)
+    ).fetchone()
     return _job(row) if row else None
 
 
@@ -294,7 +296,8 @@ def job_messages(conn: sqlite3.Connection, job_ids: Sequence[str]) -> list[tuple
     """The captured messages of jobs as ``(num, session_id, message)``, in capture order."""
     marks = ", ".join("?" * len(job_ids))
     rows = conn.execute(
-        f"SELECT num, session_id, content FROM messages WHERE job_id IN ({marks}) ORDER BY num", tuple(job_ids)
+        f"SELECT num, session_id, content FROM messages WHERE job_id IN ({marks}) ORDER BY num",
+        tuple(job_ids),
     ).fetchall()
     return [(int(r[0]), str(r[1]), json.loads(r[2])) for r in rows]
 

@@ -88,7 +88,9 @@ def _read_batch(conn: sqlite3.Connection, jobs: list[Job], context_limit: int) -
         first_num.setdefault(session_id, num)
     earlier: list[dict[str, Any]] = []
     for session_id, num in first_num.items():
-        earlier += outbox.earlier_messages(conn, jobs[0].tenant, jobs[0].scope_key, session_id, num, context_limit)
+        earlier += outbox.earlier_messages(
+            conn, jobs[0].tenant, jobs[0].scope_key, session_id, num, context_limit
+        )
     earlier = earlier[-context_limit:] if context_limit else []
     return _Batch(jobs, [message for _, _, message in found], earlier, jobs[-1].session_id)
 
@@ -180,8 +182,9 @@ class Worker:
         lease_s = self.settings.lease_s
         while True:
             await asyncio.sleep(lease_s / 3)
-            await self.db.run(partial(outbox.extend, job_ids=job_ids, owner=self.owner,
-                                      lease_until=self.clock() + lease_s))
+            await self.db.run(
+                partial(outbox.extend, job_ids=job_ids, owner=self.owner, lease_until=self.clock() + lease_s)
+            )
 
     async def _process(self, jobs: list[Job]) -> None:
         self.stats.batches += 1
@@ -224,7 +227,9 @@ class Worker:
     async def _embed(self, operations: list[Operation]) -> list[npt.NDArray[np.float32] | None]:
         texts = [op.text for op in operations if op.text is not None]
         vectors = iter(await self.store.embedder.embed(texts)) if texts else iter(())
-        return [np.asarray(next(vectors), dtype=np.float32) if op.text is not None else None for op in operations]
+        return [
+            np.asarray(next(vectors), dtype=np.float32) if op.text is not None else None for op in operations
+        ]
 
     async def _fail(self, jobs: list[Job], exc: Exception, usage: tuple[int, int]) -> None:
         error = f"{type(exc).__name__}: {exc}"

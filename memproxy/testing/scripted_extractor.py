@@ -27,7 +27,9 @@ _SINGLE_VALUED = [
     (re.compile(r"\bi(?:'ve| have)? moved to (?P<v>[\w' -]+)", re.I), "User lives in", "User lives in {v}"),
     (re.compile(r"\bi work (?:at|for) (?P<v>[\w' -]+)", re.I), "User works at", "User works at {v}"),
 ]
-_UNLIKE = re.compile(r"\bi (?:don't|do not|no longer) (?:like|love) (?P<v>[\w' -]+?)(?: anymore| any more)?$", re.I)
+_UNLIKE = re.compile(
+    r"\bi (?:don't|do not|no longer) (?:like|love) (?P<v>[\w' -]+?)(?: anymore| any more)?$", re.I
+)
 _LIKE = re.compile(r"\bi (?:really )?(?:like|love) (?P<v>[\w' -]+)", re.I)
 _REMEMBER = re.compile(r"\bremember that (?P<v>.+)", re.I)
 

@@ -94,7 +94,10 @@ class ScriptedUpstream:
 
     async def _models(self, request: Request) -> Response:
         self.requests.append(Recorded(request.url.path, dict(request.headers), {}))
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in ("gpt-4o-mini", "tools")]
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "scripted"}
+            for m in ("gpt-4o-mini", "tools")
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     async def _embeddings(self, request: Request) -> Response:
@@ -132,8 +135,12 @@ class ScriptedUpstream:
         self, body: dict[str, Any], content: str | None, tool_calls: list[dict[str, Any]] | None
     ) -> AsyncIterator[bytes]:
         model = str(body.get("model", ""))
-        base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": model}
+        base = {
+            "id": "chatcmpl-" + uuid.uuid4().hex[:12],
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
         try:
             for i, delta in enumerate(_deltas(content, tool_calls)):
                 if "drop" in model and i == 2:
@@ -209,18 +216,33 @@ def _failure(model: str) -> Response | None:
     if not match:
         return None
     status = int(match.group(1))
-    kinds = {401: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error",
-             429: "rate_limit_error"}
-    body = {"error": {"message": f"scripted failure {status}", "type": kinds.get(status, "server_error"),
-                      "param": None, "code": f"scripted_{status}"}}
+    kinds = {
+        401: "invalid_request_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+        429: "rate_limit_error",
+    }
+    body = {
+        "error": {
+            "message": f"scripted failure {status}",
+            "type": kinds.get(status, "server_error"),
+            "param": None,
+            "code": f"scripted_{status}",
+        }
+    }
     return JSONResponse(body, status_code=status)
 
 
 def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
     tools = body.get("tools") or [{"function": {"name": "lookup"}}]
     name = tools[0].get("function", {}).get("name", "lookup")
-    return [{"id": "call_scripted_1", "type": "function",
-             "function": {"name": name, "arguments": json.dumps({"query": "weather in Paris"})}}]
+    return [
+        {
+            "id": "call_scripted_1",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"query": "weather in Paris"})},
+        }
+    ]
 
 
 def _usage(body: dict[str, Any], content: str | None) -> dict[str, int]:
@@ -229,7 +251,9 @@ def _usage(body: dict[str, Any], content: str | None) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _completion(body: dict[str, Any], content: str | None, tool_calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+def _completion(
+    body: dict[str, Any], content: str | None, tool_calls: list[dict[str, Any]] | None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -240,8 +264,15 @@ def _completion(body: dict[str, Any], content: str | None, tool_calls: list[dict
         "created": int(time.time()),
         "model": body.get("model"),
         "system_fingerprint": "fp_scripted",
-        "choices": [{"index": i, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if tool_calls else "stop"} for i in range(n)],
+        "choices": [
+            {
+                "index": i,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+            for i in range(n)
+        ],
         "usage": _usage(body, content),
     }
 
@@ -251,10 +282,16 @@ def _deltas(content: str | None, tool_calls: list[dict[str, Any]] | None) -> lis
         call = tool_calls[0]
         args = call["function"]["arguments"]
         half = len(args) // 2
-        first = {"index": 0, "id": call["id"], "type": "function",
-                 "function": {"name": call["function"]["name"], "arguments": args[:half]}}
-        return [{"role": "assistant", "content": None, "tool_calls": [first]},
-                {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}]
+        first = {
+            "index": 0,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": args[:half]},
+        }
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [first]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]},
+        ]
     words = (content or "").split(" ")
     pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
     return [{"role": "assistant", "content": ""}] + [{"content": p} for p in pieces]

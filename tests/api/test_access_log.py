@@ -26,9 +26,14 @@ def access_lines(caplog: pytest.LogCaptureFixture, request_id: str) -> list[logg
 
 
 @pytest.fixture(scope="module")
-def json_proxy(upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    settings = proxy_settings(upstream[1], Path(tmp_path_factory.mktemp("jsonlog")),
-                              server={"log_format": "json", "log_content": True})
+def json_proxy(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    settings = proxy_settings(
+        upstream[1],
+        Path(tmp_path_factory.mktemp("jsonlog")),
+        server={"log_format": "json", "log_content": True},
+    )
     server, handle = start_proxy(settings)
     yield handle
     server.stop()
@@ -64,8 +69,11 @@ def test_streamed_request_logs_once_after_the_stream(proxy: Proxy, caplog: pytes
     caplog.set_level(logging.INFO)
     rid = "req-" + uuid.uuid4().hex[:12]
     client = proxy.client(**{"X-Request-Id": rid})
-    chunks = list(client.chat.completions.create(model="slow", messages=[{"role": "user", "content": "a b c d"}],
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="slow", messages=[{"role": "user", "content": "a b c d"}], stream=True
+        )
+    )
     assert len(chunks) > 3
     lines = access_lines(caplog, rid)
     assert len(lines) == 1
@@ -75,12 +83,15 @@ def test_streamed_request_logs_once_after_the_stream(proxy: Proxy, caplog: pytes
     assert latency >= 100
 
 
-def test_failed_and_unauthenticated_requests_are_logged(proxy: Proxy, caplog: pytest.LogCaptureFixture) -> None:
+def test_failed_and_unauthenticated_requests_are_logged(
+    proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     rid = "req-" + uuid.uuid4().hex[:12]
     with proxy.http(token=None) as http:
-        response = http.post("/v1/chat/completions", json={"model": "x", "messages": []},
-                             headers={"X-Request-Id": rid})
+        response = http.post(
+            "/v1/chat/completions", json={"model": "x", "messages": []}, headers={"X-Request-Id": rid}
+        )
     assert response.status_code == 401
     (line,) = access_lines(caplog, rid)
     assert "status=401" in line.getMessage() and "tenant=-" in line.getMessage()

@@ -107,8 +107,11 @@ def test_scope_ids_fall_back_to_the_memproxy_headers(http: httpx.Client) -> None
     assert (response.json()["user_id"], response.json()["agent_id"], response.json()["session_id"]) == (
         user, "tutor", "conv-9")  # fmt: skip
     # The body wins over the header.
-    other = http.post("/v1/memories", json={"text": "Plays the violin", "user_id": "body-user"},
-                      headers={"X-Memproxy-User-Id": user})
+    other = http.post(
+        "/v1/memories",
+        json={"text": "Plays the violin", "user_id": "body-user"},
+        headers={"X-Memproxy-User-Id": user},
+    )
     assert other.json()["user_id"] == "body-user"
     listed = http.get("/v1/memories", headers={"X-Memproxy-User-Id": user}).json()["data"]
     assert [m["text"] for m in listed] == ["Plays the cello"]
@@ -135,7 +138,9 @@ def test_scope_ids_fall_back_to_the_memproxy_headers(http: httpx.Client) -> None
         ({"user_id": "u1", "messages": [{"role": "system", "content": "only system"}]}, "messages"),
     ],
 )
-def test_create_rejects_bad_input_naming_the_param(http: httpx.Client, body: dict[str, Any], param: str) -> None:
+def test_create_rejects_bad_input_naming_the_param(
+    http: httpx.Client, body: dict[str, Any], param: str
+) -> None:
     assert_error(http.post("/v1/memories", json=body), 400, param)
 
 
@@ -177,7 +182,9 @@ def test_messages_instead_of_text_queue_a_job(http: httpx.Client, proxy: Proxy) 
     token = http.headers["authorization"].split()[1]
     with sqlite3.connect(proxy.data_dir / "memproxy.sqlite3") as conn:
         job = conn.execute("SELECT tenant, user_id, session_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        roles = [r[0] for r in conn.execute("SELECT role FROM messages WHERE job_id = ? ORDER BY num", (job_id,))]
+        roles = [
+            r[0] for r in conn.execute("SELECT role FROM messages WHERE job_id = ? ORDER BY num", (job_id,))
+        ]
     assert job == (passthrough_tenant(token), user, "s-7")
     assert roles == ["user", "assistant"]  # system prompts are not captured
     # The worker extracts it like a captured chat turn.
@@ -261,7 +268,9 @@ def test_keyword_only_match_is_found_by_hybrid_search(http: httpx.Client) -> Non
     assert results[0]["id"] == target["id"]
     assert 0 < results[0]["score"] <= 1
     assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
-    assert search(http, "what is my cat called?", user_id=user, top_k=1)[0]["text"] == "The cat is named Pixel"
+    assert (
+        search(http, "what is my cat called?", user_id=user, top_k=1)[0]["text"] == "The cat is named Pixel"
+    )
     assert len(search(http, "peanuts", user_id=user, top_k=3)) <= 3
 
 
@@ -323,7 +332,9 @@ def test_patch_writes_history_and_the_old_text_is_no_longer_found(http: httpx.Cl
         add(http, fact, user_id=user)
     memory = add(http, "Lives in Grenoble", user_id=user, metadata={"v": 1})
     assert search(http, "Grenoble", user_id=user)[0]["id"] == memory["id"]
-    patched = http.patch(f"/v1/memories/{memory['id']}", json={"text": "Lives in Valparaiso", "metadata": {"v": 2}})
+    patched = http.patch(
+        f"/v1/memories/{memory['id']}", json={"text": "Lives in Valparaiso", "metadata": {"v": 2}}
+    )
     assert patched.status_code == 200, patched.text
     assert patched.json()["text"] == "Lives in Valparaiso" and patched.json()["metadata"] == {"v": 2}
     assert patched.json()["created_at"] == memory["created_at"]
@@ -387,7 +398,9 @@ def test_forget_erases_one_scope_and_returns_counts(http: httpx.Client, proxy: P
     first = add(http, "Forget me one", user_id=user)
     add(http, "Forget me two", user_id=user)
     http.patch(f"/v1/memories/{first['id']}", json={"text": "Forget me uno"})
-    queued = http.post("/v1/memories", json={"user_id": user, "messages": [{"role": "user", "content": "hi"}]})
+    queued = http.post(
+        "/v1/memories", json={"user_id": user, "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert queued.status_code == 202
     _wait_for(lambda: _job_status(proxy, queued.json()["job_id"]) == "done", timeout=10)
     search(http, "forget", user_id=user)  # loads the scope's index
@@ -406,13 +419,17 @@ def test_forget_erases_one_scope_and_returns_counts(http: httpx.Client, proxy: P
 
 def test_export_import_round_trip_preserves_ids_text_metadata_and_times(http: httpx.Client) -> None:
     user = uid()
-    originals = [add(http, f"Round trip fact {i}", user_id=user, session_id="s", metadata={"i": i}) for i in range(3)]
+    originals = [
+        add(http, f"Round trip fact {i}", user_id=user, session_id="s", metadata={"i": i}) for i in range(3)
+    ]
     lines = export(http, user_id=user)
     assert lines == originals
     http.delete("/v1/memories", params={"user_id": user})
     assert list_all(http, user_id=user) == []
     body = "\n".join(json.dumps(line) for line in lines) + "\n\n"
-    response = http.post("/v1/memories/import", content=body.encode(), headers={"content-type": "application/x-ndjson"})
+    response = http.post(
+        "/v1/memories/import", content=body.encode(), headers={"content-type": "application/x-ndjson"}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["imported"] == 3 and response.json()["skipped"] == 0
     assert list_all(http, user_id=user) == originals
@@ -452,7 +469,9 @@ def two_tenants(request: pytest.FixtureRequest) -> Iterator[tuple[httpx.Client, 
         yield owner, intruder
 
 
-def test_another_tenant_sees_changes_and_deletes_nothing(two_tenants: tuple[httpx.Client, httpx.Client]) -> None:
+def test_another_tenant_sees_changes_and_deletes_nothing(
+    two_tenants: tuple[httpx.Client, httpx.Client],
+) -> None:
     owner, intruder = two_tenants
     user = uid("shared-user")  # both tenants use the same user id on purpose
     memory = add(owner, "Secret project codename BLUEFINCH-77", user_id=user, metadata={"s": 1})
@@ -543,7 +562,11 @@ QUERIES = ["window seat flights", "sister in Lisbon", "allergy", "programming la
 
 def _results(proxy: Proxy, token: str, users: list[str]) -> list[list[tuple[str, float]]]:
     with proxy.http(token) as http:
-        return [[(r["id"], r["score"]) for r in search(http, q, user_id=u, top_k=5)] for u in users for q in QUERIES]
+        return [
+            [(r["id"], r["score"]) for r in search(http, q, user_id=u, top_k=5)]
+            for u in users
+            for q in QUERIES
+        ]
 
 
 def test_restart_restores_search_from_snapshots_and_rebuilds_a_corrupt_one(

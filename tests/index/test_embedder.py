@@ -27,7 +27,11 @@ def test_hash_is_deterministic_across_processes() -> None:
     code = "from memproxy.index.embedder import HashEmbedder; print(HashEmbedder(64).embed_sync(['Stable text'])[0].tolist())"
     outputs = {
         subprocess.run(
-            [sys.executable, "-c", code], env={"PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
+            [sys.executable, "-c", code],
+            env={"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         for seed in ("1", "2")
     }
@@ -39,7 +43,9 @@ def test_hash_similarity_follows_shared_words_and_subwords() -> None:
     emb = HashEmbedder(256)
     berlin, possessive, tokyo = emb.embed_sync(["Berlin", "berlin's", "Tokyo"])
     assert float(berlin @ possessive) > 0.5 > float(berlin @ tokyo)
-    a, b, c = emb.embed_sync(["I moved to Berlin last year", "the user lives in berlin", "I enjoy playing chess"])
+    a, b, c = emb.embed_sync(
+        ["I moved to Berlin last year", "the user lives in berlin", "I enjoy playing chess"]
+    )
     assert float(a @ b) > float(a @ c)
 
 
@@ -67,7 +73,10 @@ def test_factory_picks_provider_and_resolves_aliases() -> None:
     )
     embedder = make_embedder(EmbeddingSettings(provider="litellm", model="embed", batch_size=7), upstream)
     assert isinstance(embedder, LiteLLMEmbedder)
-    assert embedder.model == "openai/text-embedding-3-large" and embedder.identity == "litellm:openai/text-embedding-3-large"
+    assert (
+        embedder.model == "openai/text-embedding-3-large"
+        and embedder.identity == "litellm:openai/text-embedding-3-large"
+    )
     assert embedder.api_base == "http://127.0.0.1:9/v1" and embedder.api_key == "sk-server"
     assert embedder.batch_size == 7 and embedder.dim == 0
 

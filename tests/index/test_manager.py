@@ -44,7 +44,9 @@ async def _fill(store: MemoryStore, count: int, offset: int = 0) -> None:
         await store.add(SCOPE, text)
 
 
-def test_snapshot_round_trip_gives_identical_results(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_snapshot_round_trip_gives_identical_results(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def body() -> None:
         async with open_store(tmp_path) as store:
             await _fill(store, 200)
@@ -118,7 +120,9 @@ def test_writes_by_another_process_are_seen_on_next_search(tmp_path: Path) -> No
             await other.open()
             other_store = MemoryStore(other, HashEmbedder(256), IndexManager(
                 other, tmp_path / "other", HashEmbedder(256), IndexSettings()))  # fmt: skip
-            memory = await other_store.add(SCOPE, "The spare key is under the blue flowerpot", source="extracted")
+            memory = await other_store.add(
+                SCOPE, "The spare key is under the blue flowerpot", source="extracted"
+            )
             assert (await store.search(SCOPE, "spare key flowerpot"))[0][0].id == memory.id
             await other_store.delete(SCOPE.tenant, memory.id, source="extracted")
             assert all(m.id != memory.id for m, _ in await store.search(SCOPE, "spare key flowerpot"))

@@ -115,7 +115,9 @@ def test_update_writes_history_and_old_text_is_not_found(tmp_path: Path) -> None
                 await store.add(ALICE, text)
             memory = await store.add(ALICE, "Favourite fruit is mango")
             assert (await store.search(ALICE, "mango"))[0][0].id == memory.id
-            updated = await store.update("tenant-a", memory.id, text="Favourite fruit is papaya", metadata={"v": 2})
+            updated = await store.update(
+                "tenant-a", memory.id, text="Favourite fruit is papaya", metadata={"v": 2}
+            )
             assert updated.text == "Favourite fruit is papaya" and updated.metadata == {"v": 2}
             assert all("mango" not in m.text for m, _ in await store.search(ALICE, "mango"))
             assert (await store.search(ALICE, "papaya"))[0][0].id == memory.id

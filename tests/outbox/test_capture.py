@@ -42,7 +42,9 @@ def test_turn_is_captured_with_the_reply(proxy: Proxy, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_calls_and_tool_results_are_captured(proxy: Proxy, stream: bool) -> None:
     user, ask = unique("u"), unique("What is the weather")
-    first = chat(proxy.url, [{"role": "user", "content": ask}], user=user, model="tools", tools=TOOLS, stream=stream)
+    first = chat(
+        proxy.url, [{"role": "user", "content": ask}], user=user, model="tools", tools=TOOLS, stream=stream
+    )
     call = {"id": "call_scripted_1", "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"query": "weather in Paris"})}}  # fmt: skip
     assert captured(proxy.data_dir, first.job_id) == [
@@ -71,14 +73,20 @@ def test_resent_history_is_not_captured_again(proxy: Proxy) -> None:
     assert len(rows_mentioning(proxy, old)) == 2  # the first turn's user message and its reply only
 
 
-def test_system_messages_and_injected_memories_are_never_captured(proxy: Proxy, fake: ScriptedUpstream) -> None:
+def test_system_messages_and_injected_memories_are_never_captured(
+    proxy: Proxy, fake: ScriptedUpstream
+) -> None:
     user, fact, system = unique("u"), unique("User collects stamps"), unique("You are terse")
     with proxy.http() as http:
         assert http.post("/v1/memories", json={"text": fact, "user_id": user}).status_code == 201
     ask = unique("stamps question")
-    turn = chat(proxy.url, [{"role": "system", "content": system}, {"role": "user", "content": ask}], user=user)
+    turn = chat(
+        proxy.url, [{"role": "system", "content": system}, {"role": "user", "content": ask}], user=user
+    )
     forwarded = fake.find_chat(ask).body["messages"]
-    assert any(m["role"] == "system" and MEMORY_MARKER in m["content"] and fact in m["content"] for m in forwarded)
+    assert any(
+        m["role"] == "system" and MEMORY_MARKER in m["content"] and fact in m["content"] for m in forwarded
+    )
     stored = captured(proxy.data_dir, turn.job_id)
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert fact in (turn.text or "")  # the reply mentions the memory, so it is in the reply only
@@ -100,7 +108,11 @@ def test_failed_completions_are_not_captured(proxy: Proxy, model: str, stream: b
 def test_client_abort_mid_stream_is_not_captured(proxy: Proxy, fake: ScriptedUpstream) -> None:
     text = unique("abandoned")
     headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": unique("u")}
-    body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": text + " " + "word " * 40}]}
+    body = {
+        "model": "slow",
+        "stream": True,
+        "messages": [{"role": "user", "content": text + " " + "word " * 40}],
+    }
     with httpx.Client(base_url=proxy.url, timeout=30) as http:
         with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
             job_id = response.headers["x-memproxy-capture"]
@@ -142,7 +154,11 @@ def failing_outbox(proxy: Proxy) -> Iterator[str]:
 def _capture_failures(proxy: Proxy) -> float:
     with proxy.http() as http:
         text = http.get("/metrics").text
-    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("memproxy_capture_failures_total")]
+    values = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("memproxy_capture_failures_total")
+    ]
     return values[0] if values else 0.0
 
 

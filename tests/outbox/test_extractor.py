@@ -77,7 +77,10 @@ def test_valid_operations_map_local_ids_to_memory_ids() -> None:
         ('{"operations": [{"op": "ADD"}]}', "non-empty text"),
         ('{"operations": [{"op": "UPDATE", "id": "m9", "text": "x"}]}', "unknown memory id"),
         (f'{{"operations": [{{"op": "DELETE", "id": "{PARIS.id}"}}]}}', "unknown memory id"),
-        ('{"operations": [{"op": "DELETE", "id": "m1"}, {"op": "UPDATE", "id": "m1", "text": "x"}]}', "twice"),
+        (
+            '{"operations": [{"op": "DELETE", "id": "m1"}, {"op": "UPDATE", "id": "m1", "text": "x"}]}',
+            "twice",
+        ),
         ('{"operations": [{"op": "MERGE", "id": "m1"}]}', "unknown op"),
     ],
 )
@@ -96,6 +99,8 @@ def _rule_answer(new: str, memories: list[Memory]) -> list[dict[str, str]]:
 
 def test_scripted_rule_extractor_adds_updates_and_deletes() -> None:
     assert _rule_answer("Hi! I live in Paris.", []) == [{"op": "ADD", "text": "User lives in Paris"}]
-    assert _rule_answer("I moved to Berlin", [PARIS]) == [{"op": "UPDATE", "id": "m1", "text": "User lives in Berlin"}]
+    assert _rule_answer("I moved to Berlin", [PARIS]) == [
+        {"op": "UPDATE", "id": "m1", "text": "User lives in Berlin"}
+    ]
     assert _rule_answer("I don't like jazz anymore", [PARIS, JAZZ]) == [{"op": "DELETE", "id": "m2"}]
     assert _rule_answer("What's the weather?", []) == [{"op": "NONE"}]

@@ -45,7 +45,9 @@ def test_enqueue_writes_messages_and_pending_job(tmp_path: Path) -> None:
         job_id = enqueue(conn, ALICE, 100.0, "I live in Paris")
         job = outbox.get_job(conn, ALICE.tenant, job_id)
         assert job is not None and job.status == "pending" and job.attempts == 0
-        assert outbox.job_messages(conn, [job_id]) == [(1, "s", {"role": "user", "content": "I live in Paris"})]
+        assert outbox.job_messages(conn, [job_id]) == [
+            (1, "s", {"role": "user", "content": "I live in Paris"})
+        ]
         assert outbox.get_job(conn, OTHER_TENANT.tenant, job_id) is None  # tenant-filtered
 
     in_db(tmp_path, check)
@@ -78,7 +80,11 @@ def test_expired_lease_is_reclaimed_and_the_old_owner_cannot_finish(tmp_path: Pa
         with conn:
             outbox.complete(conn, [job_id], "w2", 112.0, prompt_tokens=7, completion_tokens=3)
         done = outbox.get_job(conn, ALICE.tenant, job_id)
-        assert done is not None and done.status == "done" and (done.prompt_tokens, done.completion_tokens) == (7, 3)
+        assert (
+            done is not None
+            and done.status == "done"
+            and (done.prompt_tokens, done.completion_tokens) == (7, 3)
+        )
 
     in_db(tmp_path, check)
 

@@ -49,7 +49,9 @@ def test_fact_from_one_conversation_is_recalled_in_the_next(proxy: Proxy, fake: 
     assert [m["text"] for m in memories(proxy.url, user)] == ["User lives in Paris"]
     later = say(proxy, "Where do I live?", user=user, session="friday")
     forwarded = fake.find_chat("Where do I live?").body["messages"]
-    assert any(MEMORY_MARKER in str(m["content"]) and "User lives in Paris" in str(m["content"]) for m in forwarded)
+    assert any(
+        MEMORY_MARKER in str(m["content"]) and "User lives in Paris" in str(m["content"]) for m in forwarded
+    )
     assert "I remember: " in (later.text or "") and "User lives in Paris" in (later.text or "")
 
 
@@ -79,7 +81,9 @@ def test_delete_removes_the_memory_from_search_and_recall(proxy: Proxy, fake: Sc
     assert "User likes jazz" not in json.dumps(fake.find_chat(ask).body)
 
 
-def test_malformed_output_is_retried_then_dead_then_requeued(proxy: Proxy, scripted: ScriptedUpstream) -> None:
+def test_malformed_output_is_retried_then_dead_then_requeued(
+    proxy: Proxy, scripted: ScriptedUpstream
+) -> None:
     marker, state = unique("tea"), {"broken": True}
 
     def flaky(body: dict[str, Any]) -> str:
@@ -96,7 +100,9 @@ def test_malformed_output_is_retried_then_dead_then_requeued(proxy: Proxy, scrip
     assert len(extraction_calls(scripted, marker)) == max_attempts
     assert memories(proxy.url, user) == []  # never silently "no memories" either: it is dead, listed
     with proxy.http() as http:
-        assert turn.job_id in [j["id"] for j in http.get("/v1/jobs", params={"status": "dead"}).json()["data"]]
+        assert turn.job_id in [
+            j["id"] for j in http.get("/v1/jobs", params={"status": "dead"}).json()["data"]
+        ]
     with proxy.http("sk-test-user-b") as other:
         assert other.post(f"/v1/jobs/{turn.job_id}/retry").status_code == 404
         assert other.get(f"/v1/jobs/{turn.job_id}").status_code == 404
@@ -108,7 +114,9 @@ def test_malformed_output_is_retried_then_dead_then_requeued(proxy: Proxy, scrip
     assert [m["text"] for m in memories(proxy.url, user)] == [f"User likes {marker}"]
 
 
-def test_burst_of_turns_in_one_scope_costs_one_extraction_call(proxy: Proxy, scripted: ScriptedUpstream) -> None:
+def test_burst_of_turns_in_one_scope_costs_one_extraction_call(
+    proxy: Proxy, scripted: ScriptedUpstream
+) -> None:
     """While a scope's batch is leased its new jobs wait, then go out together in one call."""
     user, blocker, release = unique("u"), unique("hold"), threading.Event()
 
@@ -126,12 +134,20 @@ def test_burst_of_turns_in_one_scope_costs_one_extraction_call(proxy: Proxy, scr
     release.set()
     for job_id in [first.job_id, *burst]:
         wait_job(proxy.url, job_id)
-    calls = [r.body for r in scripted.chat_requests(extraction=True) if any(like in json.dumps(r.body) for like in likes)]
+    calls = [
+        r.body
+        for r in scripted.chat_requests(extraction=True)
+        if any(like in json.dumps(r.body) for like in likes)
+    ]
     assert len(calls) == 1 and all(like in json.dumps(calls[0]) for like in likes)
-    assert sorted(m["text"] for m in memories(proxy.url, user)) == sorted(f"User likes {like}" for like in likes)
+    assert sorted(m["text"] for m in memories(proxy.url, user)) == sorted(
+        f"User likes {like}" for like in likes
+    )
 
 
-def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(proxy: Proxy, scripted: ScriptedUpstream) -> None:
+def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(
+    proxy: Proxy, scripted: ScriptedUpstream
+) -> None:
     """The forget erases the leased job; the worker's commit then finds its lease gone and writes nothing."""
     user, place, release = unique("u"), unique("town"), threading.Event()
 
@@ -172,7 +188,9 @@ def test_sigkill_while_leased_then_restart_completes_exactly_once(
         server.wait_ready(url)
         turn = say(Proxy(url, hanging, hanging.storage.data_dir), f"My name is {name}", user="kim")
         wait_until(lambda: extraction_calls(fake, name, model="hang"))
-        assert query(hanging.storage.data_dir, "SELECT status FROM jobs WHERE id = ?", (turn.job_id,)) == [("running",)]
+        assert query(hanging.storage.data_dir, "SELECT status FROM jobs WHERE id = ?", (turn.job_id,)) == [
+            ("running",)
+        ]
         server.stop(signal.SIGKILL)  # the crash under test, while the job is leased
     healthy = hanging.model_copy(deep=True)
     healthy.extraction.model = "extractor"
@@ -210,7 +228,9 @@ def test_separate_worker_process_drains_jobs_while_serve_runs_without_one(
         server.stop()
 
 
-def test_stopping_the_worker_releases_its_leases(upstream: tuple[ScriptedUpstream, str], tmp_path: Path) -> None:
+def test_stopping_the_worker_releases_its_leases(
+    upstream: tuple[ScriptedUpstream, str], tmp_path: Path
+) -> None:
     """Shutdown mid-extraction: the job goes back to pending without spending an attempt."""
     from memproxy.config import ExtractionSettings, IndexSettings, UpstreamSettings
     from memproxy.db import Database
@@ -235,7 +255,9 @@ def test_stopping_the_worker_releases_its_leases(upstream: tuple[ScriptedUpstrea
             store = MemoryStore(db, embedder, IndexManager(db, tmp_path, embedder, IndexSettings()))
             upstream_settings = UpstreamSettings(api_base=upstream_url)
             settings = ExtractionSettings(model="hang", poll_interval_s=0.02)
-            worker = Worker(db, store, Extractor(Upstream(upstream_settings), settings, upstream_settings), settings)
+            worker = Worker(
+                db, store, Extractor(Upstream(upstream_settings), settings, upstream_settings), settings
+            )
             job_id = outbox.new_job_id()
             await enqueue_turn(db, job_id, scope, "", [{"role": "user", "content": marker}], time.time())
             task = asyncio.create_task(worker.run())

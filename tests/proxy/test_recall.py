@@ -34,7 +34,9 @@ from tests.support.proxy import Proxy, proxy_settings, start_proxy
 TODAY = datetime.now(UTC).date().isoformat()
 
 
-def remember(proxy: Proxy, text: str, *, user_id: str = "", agent_id: str = "", token: str = "sk-test-user-a") -> None:
+def remember(
+    proxy: Proxy, text: str, *, user_id: str = "", agent_id: str = "", token: str = "sk-test-user-a"
+) -> None:
     with proxy.http(token) as http:
         response = http.post("/v1/memories", json={"text": text, "user_id": user_id or None,
                                                    "agent_id": agent_id or None})  # fmt: skip
@@ -51,7 +53,11 @@ def chat(proxy: Proxy, messages: list[dict[str, Any]], *, token: str = "sk-test-
 
 
 def memory_messages(recorded: Recorded) -> list[dict[str, Any]]:
-    return [m for m in recorded.body["messages"] if m.get("role") == "system" and MEMORY_MARKER in str(m["content"])]
+    return [
+        m
+        for m in recorded.body["messages"]
+        if m.get("role") == "system" and MEMORY_MARKER in str(m["content"])
+    ]
 
 
 def memory_lines(recorded: Recorded) -> list[str]:
@@ -93,7 +99,11 @@ def test_memory_never_leaks_to_another_scope(proxy: Proxy, fake: ScriptedUpstrea
     assert response.headers["x-memproxy-recalled"] == "0"
     # The same question in the memory's own scope does recall it (so the search would match).
     own = needle + " again"
-    chat(proxy, [{"role": "user", "content": own}], **{"X-Memproxy-User-Id": user, "X-Memproxy-Agent-Id": agent})
+    chat(
+        proxy,
+        [{"role": "user", "content": own}],
+        **{"X-Memproxy-User-Id": user, "X-Memproxy-Agent-Id": agent},
+    )
     assert len(memory_lines(fake.find_chat(own))) == 1
 
 
@@ -124,7 +134,8 @@ def test_injected_after_the_callers_system_messages(
 def test_budget_is_never_exceeded_and_memories_are_whole(proxy: Proxy, fake: ScriptedUpstream) -> None:
     user = uid()
     texts = [
-        f"Memory {n} about hiking: " + " ".join(f"trail{n}x{w} mountain view" for w in range(25)) for n in range(12)
+        f"Memory {n} about hiking: " + " ".join(f"trail{n}x{w} mountain view" for w in range(25))
+        for n in range(12)
     ]
     for text in texts:
         remember(proxy, text, user_id=user)
@@ -198,7 +209,9 @@ def test_recalled_header_on_stream_and_non_stream(proxy: Proxy, fake: ScriptedUp
     remember(proxy, "Owns a cat named Miso", user_id=user)
     remember(proxy, "Has a cat allergy in spring", user_id=user)
     needle = f"tell me about my cat {uuid.uuid4().hex[:6]}"
-    response = chat(proxy, [{"role": "user", "content": needle}], stream=stream, **{"X-Memproxy-User-Id": user})
+    response = chat(
+        proxy, [{"role": "user", "content": needle}], stream=stream, **{"X-Memproxy-User-Id": user}
+    )
     assert response.headers["x-memproxy-recalled"] == str(len(memory_lines(fake.find_chat(needle)))) == "2"
     assert "x-memproxy-recall-error" not in response.headers
     if stream:
@@ -206,7 +219,9 @@ def test_recalled_header_on_stream_and_non_stream(proxy: Proxy, fake: ScriptedUp
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_memory_off_and_recall_off_forward_unchanged(proxy: Proxy, fake: ScriptedUpstream, stream: bool) -> None:
+def test_memory_off_and_recall_off_forward_unchanged(
+    proxy: Proxy, fake: ScriptedUpstream, stream: bool
+) -> None:
     user = uid()
     remember(proxy, "Plays the cello", user_id=user)
     for headers in ({}, {"X-Memproxy-User-Id": user, "X-Memproxy-Recall": "off"}):

@@ -44,8 +44,14 @@ def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]
     data: dict[str, Any] = {
         "storage": {"data_dir": str(data_dir)},
         "upstream": {
-            "api_base": upstream_url, "timeout_s": 3,
-            "models": [{"name": "smart", "litellm_params": {"model": "openai/aliased-model", "api_key": "sk-alias-own-key"}}],
+            "api_base": upstream_url,
+            "timeout_s": 3,
+            "models": [
+                {
+                    "name": "smart",
+                    "litellm_params": {"model": "openai/aliased-model", "api_key": "sk-alias-own-key"},
+                }
+            ],
         },
         "server": {"max_body_bytes": 1024 * 1024},
         "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
@@ -58,5 +64,3 @@ def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]
 def start_proxy(settings: Settings) -> tuple[BackgroundServer, Proxy]:
     server = BackgroundServer(create_app(settings)).start()
     return server, Proxy(server.url, settings, settings.storage.data_dir)
-
-
