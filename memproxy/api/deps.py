@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -38,3 +38,26 @@ async def get_request_id(request: Request) -> str:
 ServicesDep = Annotated[Services, Depends(get_services)]
 CredentialDep = Annotated[Credential, Depends(get_credential)]
 RequestIdDep = Annotated[str, Depends(get_request_id)]
+
+
+def allow_query(*names: str) -> Any:
+    """A route dependency: query parameters other than ``names`` (or one given twice) are a 400.
+
+    A typo such as ``?userid=`` must not silently widen a read to the whole tenant. It runs
+    after authentication, so a caller without credentials still gets 401 first.
+    """
+    allowed = frozenset(names)
+
+    async def check(request: Request, credential: CredentialDep) -> None:
+        seen: set[str] = set()
+        for name, _ in request.query_params.multi_items():
+            if name not in allowed:
+                known = f" Known parameters: {', '.join(sorted(allowed))}." if allowed else ""
+                raise ApiError(400, f"Unknown query parameter: '{name}'.{known}", param=name,
+                               code="unknown_parameter")  # fmt: skip
+            if name in seen:
+                raise ApiError(400, f"Query parameter '{name}' is given more than once.", param=name,
+                               code="invalid_value")  # fmt: skip
+            seen.add(name)
+
+    return Depends(check)

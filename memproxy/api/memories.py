@@ -11,7 +11,9 @@ Invariants:
   (tenant, user_id or "", agent_id or "") and need a user or an agent id; *list* and
   *export* treat an absent id as "any" (an empty one as exactly "").
 - Request bodies are read through ``request_body`` (size limit, 400 on bad JSON); wrong
-  types and unknown fields are a 400 naming the parameter, never silently ignored.
+  types and unknown fields are a 400 naming the parameter, never silently ignored; so are
+  unknown (or repeated) query parameters (``deps.allow_query``), so ``?userid=`` cannot
+  widen a list or an export to the whole tenant.
 - Fixed routes (``/export``, ``/search``, ``/import``) are declared before
   ``/v1/memories/{memory_id}`` so the path parameter never captures them.
 """
@@ -27,7 +29,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import read_json_object
-from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError
 from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, parse_time
 from memproxy.outbox.capture import CAPTURED_ROLES, content_text
@@ -48,6 +50,9 @@ _PATCH_FIELDS = frozenset({"text", "metadata", "expires_at"})
 _SEARCH_FIELDS = frozenset({"query", "user_id", "agent_id", "top_k", "min_score"})
 # Roles a queued turn keeps (as capture does); system/developer prompts are not facts.
 _TURN_ROLES = frozenset({"assistant", *CAPTURED_ROLES})
+# Query strings each route understands; anything else is a 400 (a typo must not widen a read).
+_NO_QUERY = allow_query()
+_SCOPE_QUERY = allow_query("user_id", "agent_id")
 
 
 # --- parameter parsing ------------------------------------------------------------------
@@ -141,7 +146,7 @@ async def _body(request: Request, services: ServicesDep) -> dict[str, Any]:
 # --- create / list / search ------------------------------------------------------------
 
 
-@router.post("/v1/memories")
+@router.post("/v1/memories", dependencies=[_NO_QUERY])
 async def create_memory(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     body = await _body(request, services)
     _reject_unknown(body, _CREATE_FIELDS)
@@ -190,7 +195,7 @@ def _turn_messages(raw: object) -> list[dict[str, Any]]:
     return turn
 
 
-@router.get("/v1/memories")
+@router.get("/v1/memories", dependencies=[allow_query("user_id", "agent_id", "limit", "cursor")])
 async def list_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     query = request.query_params
     user_id, agent_id = _ids(query, request)
@@ -202,7 +207,7 @@ async def list_memories(request: Request, credential: CredentialDep, services: S
     return JSONResponse({"object": "list", "data": [m.to_api() for m in page], "next_cursor": next_cursor})
 
 
-@router.post("/v1/memories/search")
+@router.post("/v1/memories/search", dependencies=[_NO_QUERY])
 async def search_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     body = await _body(request, services)
     _reject_unknown(body, _SEARCH_FIELDS)
@@ -223,7 +228,7 @@ async def search_memories(request: Request, credential: CredentialDep, services:
 # --- forget / export / import (fixed paths: before /{memory_id}) ------------------------
 
 
-@router.delete("/v1/memories")
+@router.delete("/v1/memories", dependencies=[_SCOPE_QUERY])
 async def forget_scope(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     user_id, agent_id = _ids(request.query_params, request)
     scope = _exact_scope(credential.tenant, user_id, agent_id)
@@ -242,14 +247,14 @@ async def forget_scope(request: Request, credential: CredentialDep, services: Se
                          "deleted": deleted})  # fmt: skip
 
 
-@router.get("/v1/memories/export")
+@router.get("/v1/memories/export", dependencies=[_SCOPE_QUERY])
 async def export_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     user_id, agent_id = _ids(request.query_params, request)
     items = await services.store.export(credential.tenant, user_id, agent_id)
     return Response(to_jsonl(items), media_type=NDJSON)
 
 
-@router.post("/v1/memories/import")
+@router.post("/v1/memories/import", dependencies=[_NO_QUERY])
 async def import_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     raw = await read_bytes(request, services.settings.server.max_body_bytes)
     items = parse_jsonl(raw)
@@ -333,13 +338,13 @@ def _import_item(line: str) -> dict[str, Any]:
 # --- one memory -------------------------------------------------------------------------
 
 
-@router.get("/v1/memories/{memory_id}")
+@router.get("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def get_memory(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
     memory = await services.store.get(credential.tenant, memory_id)
     return JSONResponse(memory.to_api())
 
 
-@router.patch("/v1/memories/{memory_id}")
+@router.patch("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def patch_memory(
     memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
 ) -> Response:
@@ -361,13 +366,13 @@ async def patch_memory(
     return JSONResponse(memory.to_api())
 
 
-@router.delete("/v1/memories/{memory_id}")
+@router.delete("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def delete_memory(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
     await services.store.delete(credential.tenant, memory_id, source="manual")
     return JSONResponse({"id": memory_id, "object": "memory.deleted", "deleted": True})
 
 
-@router.get("/v1/memories/{memory_id}/history")
+@router.get("/v1/memories/{memory_id}/history", dependencies=[_NO_QUERY])
 async def memory_history(memory_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
     events = await services.store.history(credential.tenant, memory_id)
     return JSONResponse({"object": "list", "data": events})
