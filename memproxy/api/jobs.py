@@ -1,17 +1,25 @@
 """``GET /v1/jobs`` and ``POST /v1/jobs/{id}/retry``: the caller's extraction jobs.
 
-Invariant: tenant-bound like every management route — the tenant is the credential's,
-and another tenant's job id is answered exactly like a missing one (404).
+Invariants:
+- Tenant-bound like every management route: the tenant is the credential's, and another
+  tenant's job id is answered exactly like a missing one (404).
+- ``GET /v1/jobs`` pages by an opaque cursor over ``(created_at, id)``, the listing order,
+  so a page boundary never skips or repeats a job even when jobs share a timestamp.
+- Retry re-queues only a dead job. A done job's turn is already extracted, so retrying it
+  is a 409 (a second extraction would apply the same facts twice); a pending or running
+  job is already queued, so retrying it is an idempotent no-op answered with the job.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError, not_found
 from memproxy.outbox import queue as outbox
 
@@ -33,18 +41,39 @@ def _limit(raw: str | None) -> int:
     return value
 
 
-@router.get("/v1/jobs")
+def encode_cursor(job: outbox.Job) -> str:
+    raw = json.dumps([job.created_at, job.id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        created_at, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(created_at, int | float) or not isinstance(job_id, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError):
+        raise ApiError(400, "invalid cursor", param="cursor", code="invalid_cursor") from None
+    return float(created_at), job_id
+
+
+@router.get("/v1/jobs", dependencies=[allow_query("status", "limit", "cursor")])
 async def list_jobs(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     status = request.query_params.get("status") or None
     if status is not None and status not in outbox.STATUSES:
         raise ApiError(400, f"status must be one of {', '.join(outbox.STATUSES)}", param="status",
                        code="invalid_value")  # fmt: skip
     limit = _limit(request.query_params.get("limit"))
-    jobs = await services.db.run(lambda c: outbox.list_jobs(c, credential.tenant, status, limit))
-    return JSONResponse({"object": "list", "data": [job.to_api() for job in jobs]})
+    cursor = request.query_params.get("cursor")
+    after = decode_cursor(cursor) if cursor else None
+    jobs = await services.db.run(lambda c: outbox.list_jobs(c, credential.tenant, status, limit + 1, after))
+    page = jobs[:limit]
+    next_cursor = encode_cursor(page[-1]) if len(jobs) > limit else None
+    return JSONResponse(
+        {"object": "list", "data": [job.to_api() for job in page], "next_cursor": next_cursor}
+    )
 
 
-@router.get("/v1/jobs/{job_id}")
+@router.get("/v1/jobs/{job_id}", dependencies=[allow_query()])
 async def get_job(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
     job = await services.db.run(lambda c: outbox.get_job(c, credential.tenant, job_id))
     if job is None:
@@ -52,9 +81,9 @@ async def get_job(job_id: str, credential: CredentialDep, services: ServicesDep)
     return JSONResponse(job.to_api())
 
 
-@router.post("/v1/jobs/{job_id}/retry")
+@router.post("/v1/jobs/{job_id}/retry", dependencies=[allow_query()])
 async def retry_job(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
-    """Re-queue a dead job (fresh attempt budget). Other states are returned unchanged."""
+    """Re-queue a dead job (fresh attempt budget); 409 for a done job (see module doc)."""
     now = services.store.clock()
 
     def write(conn: sqlite3.Connection) -> outbox.Job | None:
@@ -64,6 +93,14 @@ async def retry_job(job_id: str, credential: CredentialDep, services: ServicesDe
     job = await services.db.run(write)
     if job is None:
         raise not_found("job")
+    if job.status == "done":
+        raise ApiError(
+            409,
+            f"Job {job_id} is done: its turn has already been extracted, so there is nothing to retry. "
+            "Only dead jobs can be retried.",
+            param="job_id",
+            code="job_not_retryable",
+        )
     if job.status == "pending" and services.worker is not None:
         services.worker.notify()
     return JSONResponse(job.to_api())

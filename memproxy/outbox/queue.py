@@ -258,17 +258,22 @@ def get_job(conn: sqlite3.Connection, tenant: str, job_id: str) -> Job | None:
 
 
 def list_jobs(
-    conn: sqlite3.Connection, tenant: str, status: str | None, limit: int = 100, after: float | None = None
+    conn: sqlite3.Connection,
+    tenant: str,
+    status: str | None,
+    limit: int = 100,
+    after: tuple[float, str] | None = None,
 ) -> list[Job]:
-    """A tenant's jobs, oldest first, optionally of one status."""
+    """A tenant's jobs, oldest first (by ``(created_at, id)``), optionally of one status,
+    optionally only those after the ``(created_at, id)`` of a previous page's last job."""
     clauses: list[str] = ["tenant = ?"]
     params: list[Any] = [tenant]
     if status is not None:
         clauses.append("status = ?")
         params.append(status)
     if after is not None:
-        clauses.append("created_at > ?")
-        params.append(after)
+        clauses.append("(created_at > ? OR (created_at = ? AND id > ?))")
+        params.extend((after[0], after[0], after[1]))
     rows = conn.execute(
         f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(clauses)} ORDER BY created_at, id LIMIT ?",
         (*params, limit),
