@@ -6,16 +6,24 @@ Invariants:
   ``(t, "u", "")`` and ``(t, "u", "a")`` are different scopes.
 - ``Scope.key`` is a SHA-256 over the three parts; it is what names snapshot files and
   what every stored row is grouped by, so raw ids never become file paths.
+- One id is one scope however it arrives: header values (which the ASGI server hands over
+  decoded as latin-1) are read back as UTF-8 when their bytes are UTF-8, as latin-1
+  otherwise, and ``UTF-8''<percent-encoded>`` (RFC 8187) is decoded; so ``josé`` sent as
+  raw UTF-8, as latin-1, percent-encoded, in a body field or in a query string is the
+  same id.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from memproxy.errors import ApiError
 
 MAX_ID_BYTES = 256
+# RFC 8187's ext-value prefix: ``UTF-8''`` then the percent-encoded UTF-8 bytes.
+_EXT_VALUE_PREFIX = "utf-8''"
 
 USER_HEADER = "x-memproxy-user-id"
 AGENT_HEADER = "x-memproxy-agent-id"
@@ -76,6 +84,34 @@ def validate_id(value: object, param: str) -> str:
     return value.strip()
 
 
+def decode_header(value: str, param: str | None = None) -> str:
+    """A header value as the client meant it (see the module invariants).
+
+    The server decoded the raw bytes as latin-1, so encoding back to latin-1 recovers them
+    exactly; bytes that are valid UTF-8 are read as UTF-8 (curl, ``"josé".encode()``), other
+    bytes stay latin-1 (browsers and Node send ``é`` as one latin-1 byte).
+    """
+    if value[: len(_EXT_VALUE_PREFIX)].lower() == _EXT_VALUE_PREFIX:
+        try:
+            return unquote(value[len(_EXT_VALUE_PREFIX) :], encoding="utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(400, f"{param or 'header'}: percent-encoded value is not UTF-8", param=param,
+                           code="invalid_scope") from None  # fmt: skip
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value  # already text (not from an HTTP header)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
+def header_id(value: str | None, header: str) -> str:
+    """A scope id sent in ``header``: decoded (``decode_header``), then ``validate_id``."""
+    return validate_id(None if value is None else decode_header(value, header), header)
+
+
 def _switch(value: str | None, header: str) -> bool:
     if value is None:
         return True
@@ -91,11 +127,11 @@ def parse_request_scope(tenant: str, headers: dict[str, str], body_user: object)
     """Build the scope of a chat request from its headers, falling back to the body's ``user``."""
     user_header = headers.get(USER_HEADER)
     if user_header is not None:
-        user_id = validate_id(user_header, "X-Memproxy-User-Id")
+        user_id = header_id(user_header, "X-Memproxy-User-Id")
     else:
         user_id = validate_id(body_user, "user")
-    agent_id = validate_id(headers.get(AGENT_HEADER), "X-Memproxy-Agent-Id")
-    session_id = validate_id(headers.get(SESSION_HEADER), "X-Memproxy-Session-Id")
+    agent_id = header_id(headers.get(AGENT_HEADER), "X-Memproxy-Agent-Id")
+    session_id = header_id(headers.get(SESSION_HEADER), "X-Memproxy-Session-Id")
     return RequestScope(
         scope=Scope(tenant=tenant, user_id=user_id, agent_id=agent_id),
         session_id=session_id,

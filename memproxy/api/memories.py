@@ -33,7 +33,7 @@ from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError
 from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, parse_time
 from memproxy.outbox.capture import CAPTURED_ROLES, content_text
-from memproxy.scope import AGENT_HEADER, SESSION_HEADER, USER_HEADER, Scope, validate_id
+from memproxy.scope import AGENT_HEADER, SESSION_HEADER, USER_HEADER, Scope, header_id, validate_id
 
 router = APIRouter()
 
@@ -73,7 +73,7 @@ def _scope_id(values: Mapping[str, Any], headers: Mapping[str, str], field: str,
     if values.get(field) is not None:
         return validate_id(values[field], field)
     if header in headers:
-        return validate_id(headers[header], header)
+        return header_id(headers[header], header)
     return None
 
 
