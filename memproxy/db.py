@@ -35,6 +35,10 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
 DB_FILENAME = "memproxy.sqlite3"
+# ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
+# start at 1 because ``memories.num`` is AUTOINCREMENT and never reused). Part of the
+# change-log format that the memory rows write and the index replays.
+RESET_MARKER_NUM = 0
 
 
 def database_path(data_dir: Path) -> Path:

@@ -20,16 +20,17 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memproxy.errors import ApiError
+from memproxy.headers import AGENT_ID, CAPTURE, RECALL, SESSION_ID, USER_ID, display_name
 
 MAX_ID_BYTES = 256
 # RFC 8187's ext-value prefix: ``UTF-8''`` then the percent-encoded UTF-8 bytes.
 _EXT_VALUE_PREFIX = "utf-8''"
 
-USER_HEADER = "x-memproxy-user-id"
-AGENT_HEADER = "x-memproxy-agent-id"
-SESSION_HEADER = "x-memproxy-session-id"
-RECALL_HEADER = "x-memproxy-recall"
-CAPTURE_HEADER = "x-memproxy-capture"
+USER_HEADER = USER_ID
+AGENT_HEADER = AGENT_ID
+SESSION_HEADER = SESSION_ID
+RECALL_HEADER = RECALL
+CAPTURE_HEADER = CAPTURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +128,14 @@ def parse_request_scope(tenant: str, headers: dict[str, str], body_user: object)
     """Build the scope of a chat request from its headers, falling back to the body's ``user``."""
     user_header = headers.get(USER_HEADER)
     if user_header is not None:
-        user_id = header_id(user_header, "X-Memproxy-User-Id")
+        user_id = header_id(user_header, display_name(USER_HEADER))
     else:
         user_id = validate_id(body_user, "user")
-    agent_id = header_id(headers.get(AGENT_HEADER), "X-Memproxy-Agent-Id")
-    session_id = header_id(headers.get(SESSION_HEADER), "X-Memproxy-Session-Id")
+    agent_id = header_id(headers.get(AGENT_HEADER), display_name(AGENT_HEADER))
+    session_id = header_id(headers.get(SESSION_HEADER), display_name(SESSION_HEADER))
     return RequestScope(
         scope=Scope(tenant=tenant, user_id=user_id, agent_id=agent_id),
         session_id=session_id,
-        recall=_switch(headers.get(RECALL_HEADER), "X-Memproxy-Recall"),
-        capture=_switch(headers.get(CAPTURE_HEADER), "X-Memproxy-Capture"),
+        recall=_switch(headers.get(RECALL_HEADER), display_name(RECALL_HEADER)),
+        capture=_switch(headers.get(CAPTURE_HEADER), display_name(CAPTURE_HEADER)),
     )

@@ -21,9 +21,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy.config import ServerSettings
+from memproxy.headers import CAPTURE_RESULT, RECALLED
 from memproxy.metrics import Metrics
 
 access_log = logging.getLogger("memproxy.access")
+_RECALLED = RECALLED.lower().encode()
+_CAPTURE = CAPTURE_RESULT.lower().encode()
 
 CONTENT_CAP = 64 * 1024
 UNMATCHED_ROUTE = "(unmatched)"
@@ -57,9 +60,9 @@ class _Exchange:
             lowered = name.lower()
             if lowered == b"content-type" and value.startswith(b"text/event-stream"):
                 self.streamed = True
-            elif lowered == b"x-memproxy-recalled":
+            elif lowered == _RECALLED:
                 self.recalled = _int_or_none(value)
-            elif lowered == b"x-memproxy-capture":
+            elif lowered == _CAPTURE:
                 self.job = value.decode("latin-1")
 
     def see_request_body(self, message: Message) -> None:

@@ -22,13 +22,14 @@ from memproxy.api import memories as memories_api
 from memproxy.api.access_log import AccessLogMiddleware
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
+from memproxy.headers import REQUEST_ID
 from memproxy.metrics import Metrics
 from memproxy.outbox.worker import start_worker
 from memproxy.services import open_services, reembed_in_background, snapshot_periodically
 
 log = logging.getLogger("memproxy")
-
-_REQUEST_ID = re.compile(r"^[\w.\-:]{1,128}$")
+_REQUEST_ID = REQUEST_ID.encode()
+_SANE_REQUEST_ID = re.compile(r"^[\w.\-:]{1,128}$")
 
 
 class RequestIdMiddleware:
@@ -45,13 +46,13 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        incoming = dict(scope["headers"]).get(_REQUEST_ID, b"").decode("latin-1")
+        request_id = incoming if _SANE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                message["headers"] = [*message.get("headers", []), (_REQUEST_ID, request_id.encode())]
             await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -10,8 +10,8 @@ from starlette.requests import Request
 from memproxy.errors import ApiError
 
 
-async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``max_bytes`` (checked while reading), 400 if not JSON."""
+async def read_bytes(request: Request, max_bytes: int) -> bytes:
+    """The raw body within ``max_bytes`` (413 beyond, checked while reading)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
@@ -22,7 +22,12 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
         if size > max_bytes:
             raise _too_large(max_bytes)
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
+    """The body as a JSON object; 413 past ``max_bytes`` (checked while reading), 400 if not JSON."""
+    raw = await read_bytes(request, max_bytes)
     if not raw.strip():
         raise ApiError(400, "The request body is empty; expected a JSON object.", code="invalid_json")
     try:

@@ -21,19 +21,22 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from memproxy.api.body import read_json_object
+from memproxy.api.body import read_bytes, read_json_object
 from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError
-from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, parse_time
-from memproxy.outbox.capture import CAPTURED_ROLES, content_text
+from memproxy.headers import EXISTING_ID
+from memproxy.memory.rows import UNSET, DuplicateMemory
+from memproxy.memory.transfer import bad_param, optional_object, optional_text, parse_jsonl, to_jsonl
+from memproxy.messages import content_text
+from memproxy.outbox.capture import CAPTURED_ROLES
 from memproxy.scope import AGENT_HEADER, SESSION_HEADER, USER_HEADER, Scope, header_id, validate_id
+from memproxy.times import parse_time
 
 router = APIRouter()
 
@@ -58,14 +61,10 @@ _SCOPE_QUERY = allow_query("user_id", "agent_id")
 # --- parameter parsing ------------------------------------------------------------------
 
 
-def _bad(param: str, message: str, code: str = "invalid_type") -> ApiError:
-    return ApiError(400, message, param=param, code=code)
-
-
 def _reject_unknown(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
     for name in body:
         if name not in allowed:
-            raise _bad(name, f"Unknown parameter: '{name}'.", code="unknown_parameter")
+            raise bad_param(name, f"Unknown parameter: '{name}'.", code="unknown_parameter")
 
 
 def _scope_id(values: Mapping[str, Any], headers: Mapping[str, str], field: str, header: str) -> str | None:
@@ -100,25 +99,11 @@ def _int_param(raw: object, param: str, default: int, low: int, high: int, *, in
         try:
             value = int(raw.strip())
         except ValueError:
-            raise _bad(param, f"'{param}' must be an integer.") from None
+            raise bad_param(param, f"'{param}' must be an integer.") from None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(param, f"'{param}' must be an integer.")
+        raise bad_param(param, f"'{param}' must be an integer.")
     if not low <= value <= high:
-        raise _bad(param, f"'{param}' must be between {low} and {high}.", code="invalid_value")
-    return value
-
-
-def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
-    value = body.get(field)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise _bad(field, f"'{field}' must be a non-empty string.")
-    return value
-
-
-def _optional_object(body: Mapping[str, Any], field: str) -> dict[str, Any] | None:
-    value = body.get(field)
-    if value is not None and not isinstance(value, dict):
-        raise _bad(field, f"'{field}' must be a JSON object.")
+        raise bad_param(param, f"'{param}' must be between {low} and {high}.", code="invalid_value")
     return value
 
 
@@ -135,7 +120,7 @@ def _duplicate(exc: DuplicateMemory) -> ApiError:
         f"An identical memory already exists in this scope: {exc.existing_id}",
         param="text",
         code="duplicate_memory",
-        headers={"X-Memproxy-Existing-Id": exc.existing_id},
+        headers={EXISTING_ID: exc.existing_id},
     )
 
 
@@ -155,20 +140,20 @@ async def create_memory(request: Request, credential: CredentialDep, services: S
     session_id = _scope_id(body, request.headers, "session_id", SESSION_HEADER) or ""
     if "messages" in body:
         if "text" in body:
-            raise _bad("messages", "Send either 'text' or 'messages', not both.", code="invalid_value")
+            raise bad_param("messages", "Send either 'text' or 'messages', not both.", code="invalid_value")
         job_id = await services.capture.enqueue_messages(scope, session_id, _turn_messages(body["messages"]))
         return JSONResponse(
             {"job_id": job_id, "object": "memproxy.job", "status": "pending"}, status_code=202
         )
-    text = _optional_text(body, "text")
+    text = optional_text(body, "text")
     if text is None:
-        raise _bad(
+        raise bad_param(
             "text", "Missing required parameter: 'text' (or 'messages').", code="missing_required_parameter"
         )
     expires_at = _expires(body)
     try:
         memory = await services.store.add(
-            scope, text, session_id=session_id, metadata=_optional_object(body, "metadata"),
+            scope, text, session_id=session_id, metadata=optional_object(body, "metadata"),
             expires_at=None if expires_at is UNSET else expires_at, source="manual",
         )  # fmt: skip
     except DuplicateMemory as exc:
@@ -179,19 +164,21 @@ async def create_memory(request: Request, credential: CredentialDep, services: S
 def _turn_messages(raw: object) -> list[dict[str, Any]]:
     """Validate a conversation turn; keep user/assistant/tool messages as capture stores them."""
     if not isinstance(raw, list) or not raw:
-        raise _bad("messages", "'messages' must be a non-empty array.")
+        raise bad_param("messages", "'messages' must be a non-empty array.")
     turn: list[dict[str, Any]] = []
     for i, message in enumerate(raw):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise _bad(f"messages[{i}]", f"messages[{i}] must be an object with a 'role'.")
+            raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object with a 'role'.")
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
-            raise _bad(f"messages[{i}].content", f"messages[{i}].content must be a string or an array.")
+            raise bad_param(f"messages[{i}].content", f"messages[{i}].content must be a string or an array.")
         if message["role"] in _TURN_ROLES:
             kept = {k: v for k, v in message.items() if k in ("name", "tool_call_id", "tool_calls") and v}
             turn.append({"role": message["role"], "content": content_text(content), **kept})
     if not turn:
-        raise _bad("messages", "'messages' has no user, assistant or tool message.", code="invalid_value")
+        raise bad_param(
+            "messages", "'messages' has no user, assistant or tool message.", code="invalid_value"
+        )
     return turn
 
 
@@ -213,13 +200,13 @@ async def search_memories(request: Request, credential: CredentialDep, services:
     _reject_unknown(body, _SEARCH_FIELDS)
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
-        raise _bad("query", "'query' must be a non-empty string.")
+        raise bad_param("query", "'query' must be a non-empty string.")
     user_id, agent_id = _ids(body, request)
     scope = _exact_scope(credential.tenant, user_id, agent_id)
     top_k = _int_param(body.get("top_k"), "top_k", DEFAULT_TOP_K, 1, MAX_TOP_K)
     min_score = body.get("min_score", services.settings.recall.min_score)
     if not isinstance(min_score, int | float) or isinstance(min_score, bool):
-        raise _bad("min_score", "'min_score' must be a number.")
+        raise bad_param("min_score", "'min_score' must be a number.")
     found = await services.store.search(scope, query, top_k=top_k, min_score=float(min_score))
     data = [{**memory.to_api(), "score": round(score, 6)} for memory, score in found]
     return JSONResponse({"object": "list", "data": data})
@@ -262,79 +249,6 @@ async def import_memories(request: Request, credential: CredentialDep, services:
     return JSONResponse({"object": "memproxy.import", **result})
 
 
-def to_jsonl(items: list[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(item, ensure_ascii=False).encode() + b"\n" for item in items)
-
-
-async def read_bytes(request: Request, max_bytes: int) -> bytes:
-    """The raw body within ``max_bytes`` (413 beyond, checked while reading)."""
-    too_large = ApiError(
-        413, f"The request body exceeds the limit of {max_bytes} bytes.", code="request_too_large"
-    )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def parse_jsonl(raw: bytes) -> list[dict[str, Any]]:
-    """Exported lines → items for ``MemoryStore.import_``; a bad line is a 400 naming it.
-
-    A line's ``tenant`` (or any field the store does not know) is dropped: the caller's
-    tenant is the only one an import can write to.
-    """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _bad("body", f"The import is not UTF-8 text: {exc}", code="invalid_json") from None
-    items = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append(_import_item(line))
-        except ApiError as exc:
-            raise ApiError(400, f"line {number}: {exc.message}", param=f"line {number}",
-                           code=exc.code or "invalid_line") from None  # fmt: skip
-    return items
-
-
-def _import_item(line: str) -> dict[str, Any]:
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise _bad("line", f"not valid JSON ({exc})", code="invalid_json") from None
-    if not isinstance(raw, dict):
-        raise _bad("line", "not a JSON object", code="invalid_json")
-    text = _optional_text(raw, "text")
-    if text is None:
-        raise _bad("text", "'text' is required", code="missing_required_parameter")
-    item: dict[str, Any] = {"text": text, "metadata": _optional_object(raw, "metadata") or {}}
-    for field in ("user_id", "agent_id", "session_id"):
-        item[field] = validate_id(raw.get(field), field)
-    if not item["user_id"] and not item["agent_id"]:
-        raise _bad("user_id", "a user_id or an agent_id is required", code="missing_required_parameter")
-    if raw.get("id") is not None:
-        if not isinstance(raw["id"], str) or not raw["id"].strip() or len(raw["id"]) > 128:
-            raise _bad("id", "'id' must be a non-empty string of at most 128 characters")
-        item["id"] = raw["id"].strip()
-    source = raw.get("source") or "manual"
-    if source not in SOURCES:
-        raise _bad("source", f"'source' must be one of {', '.join(SOURCES)}", code="invalid_value")
-    item["source"] = source
-    for field in ("created_at", "updated_at", "expires_at"):
-        parse_time(raw.get(field), field)  # validates; the store parses again
-        item[field] = raw.get(field)
-    return item
-
-
 # --- one memory -------------------------------------------------------------------------
 
 
@@ -351,15 +265,17 @@ async def patch_memory(
     body = await _body(request, services)
     _reject_unknown(body, _PATCH_FIELDS)
     if not body:
-        raise _bad("text", "Nothing to update: send text, metadata and/or expires_at.", code="invalid_value")
+        raise bad_param(
+            "text", "Nothing to update: send text, metadata and/or expires_at.", code="invalid_value"
+        )
     if "text" in body and body["text"] is None:
-        raise _bad("text", "'text' cannot be null.")
+        raise bad_param("text", "'text' cannot be null.")
     if "metadata" in body and body["metadata"] is None:
-        raise _bad("metadata", "'metadata' cannot be null; send {} to clear it.")
+        raise bad_param("metadata", "'metadata' cannot be null; send {} to clear it.")
     try:
         memory = await services.store.update(
-            credential.tenant, memory_id, text=_optional_text(body, "text"),
-            metadata=_optional_object(body, "metadata"), expires_at=_expires(body), source="manual",
+            credential.tenant, memory_id, text=optional_text(body, "text"),
+            metadata=optional_object(body, "metadata"), expires_at=_expires(body), source="manual",
         )  # fmt: skip
     except DuplicateMemory as exc:
         raise _duplicate(exc) from None

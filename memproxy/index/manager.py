@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import IndexSettings
+from memproxy.db import RESET_MARKER_NUM
 from memproxy.index import snapshot as snapshot_file
 from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
@@ -46,9 +47,6 @@ log = logging.getLogger(__name__)
 
 # Replays of more changes than this are applied in a thread instead of inline.
 _INLINE_REPLAY_MAX = 32
-# ``changes.memory_num`` of the marker "this scope was forgotten: rebuild it" (real nums
-# start at 1 because ``memories.num`` is AUTOINCREMENT and never reused).
-RESET_MARKER_NUM = 0
 # Even empty scopes cost memory (BM25 arrays, locks); bound how many stay loaded.
 MAX_LOADED_SCOPES = 20_000
 # Exact searches over more vectors than this go to a thread (see bench/recall.py).

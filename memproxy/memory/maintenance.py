@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memproxy.config import Settings
+from memproxy.errors import ApiError
 from memproxy.memory.store import MemoryStore, open_store
+from memproxy.memory.transfer import parse_jsonl, to_jsonl
 from memproxy.scope import Scope
 
 SCOPE_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -117,16 +119,11 @@ async def _remove_orphan_snapshots(store: MemoryStore, live: set[str]) -> int:
 
 
 async def export_jsonl(settings: Settings, tenant: str, user_id: str | None, agent_id: str | None) -> bytes:
-    from memproxy.api.memories import to_jsonl
-
     async with open_store(settings) as store:
         return to_jsonl(await store.export(tenant, user_id, agent_id))
 
 
 async def import_jsonl(settings: Settings, tenant: str, raw: bytes) -> dict[str, int]:
-    from memproxy.api.memories import parse_jsonl
-    from memproxy.errors import ApiError
-
     try:
         items = parse_jsonl(raw)
     except ApiError as exc:

@@ -23,15 +23,15 @@ import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memproxy.db import RESET_MARKER_NUM
 from memproxy.errors import ApiError
-from memproxy.index.manager import RESET_MARKER_NUM
 from memproxy.scope import Scope
+from memproxy.times import iso, parse_time
 
 SOURCES = ("extracted", "manual")
 _SPACES = re.compile(r"\s+")
@@ -63,30 +63,6 @@ def normalize_text(text: str) -> str:
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(normalize_text(text).encode()).hexdigest()
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def parse_time(value: object, param: str = "expires_at") -> float | None:
-    """ISO-8601 string (``Z`` or offset; naive means UTC) or epoch seconds → epoch seconds."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ApiError(400, f"{param} must be an ISO-8601 time or epoch seconds", param=param)
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-    raise ApiError(400, f"{param} must be an ISO-8601 time or epoch seconds", param=param)
 
 
 def vector_blob(vector: npt.NDArray[np.float32] | None) -> bytes | None:

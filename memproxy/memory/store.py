@@ -33,9 +33,10 @@ from memproxy.errors import ApiError, not_found
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import candidate_count, candidate_pool, combine, cosine, term_coverage
-from memproxy.memory import rows as rows
-from memproxy.memory.rows import UNSET, DuplicateMemory, Memory, parse_time
+from memproxy.memory import rows
+from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
 from memproxy.scope import Scope
+from memproxy.times import parse_time
 
 __all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "build_store", "open_store", "parse_time"]
 

@@ -26,32 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memproxy.db import Database
+from memproxy.headers import CAPTURE_RESULT
+from memproxy.messages import content_text
 from memproxy.outbox import queue as outbox
 from memproxy.scope import RequestScope, Scope
 
 log = logging.getLogger(__name__)
 
-HEADER = "X-Memproxy-Capture"
+HEADER = CAPTURE_RESULT
 OFF = "off"
 FAILED = "failed"
 CAPTURED_ROLES = ("user", "tool", "function")
 # Kept from a captured message besides role and content.
 _KEPT_KEYS = ("name", "tool_call_id", "tool_calls", "function_call")
-
-
-def content_text(content: Any) -> str | None:
-    """Text of a message's content; non-text parts (images, audio) become placeholders."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type', 'attachment')}]")
-        return "\n".join(parts)
-    return str(content)
 
 
 def _normalized(message: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from typing import Any
 from memproxy.auth import Credential
 from memproxy.config import ExtractionSettings, UpstreamSettings
 from memproxy.memory.rows import Memory
-from memproxy.testing.scripted_upstream import EXTRACTOR_MARKER
 from memproxy.upstream import Upstream
 
 OPS = ("ADD", "UPDATE", "DELETE", "NONE")
@@ -38,6 +37,10 @@ MAX_MEMORY_CHARS = 2000
 MAX_QUERY_CHARS = 4000
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _KEYLESS = "memproxy-no-key"
+
+# Names the extraction call in its system prompt, so a log line or a scripted upstream
+# (memproxy.testing) can tell memory's own calls from a caller's.
+EXTRACTOR_MARKER = "memproxy-extractor"
 
 SYSTEM_PROMPT = f"""You are {EXTRACTOR_MARKER}, the memory keeper of an assistant.
 From the NEW messages of a conversation, decide what long-term memories about the user to \
@@ -172,12 +175,6 @@ def parse_operations(raw: str | None, ids: dict[str, str]) -> list[Operation]:
         elif op != "NONE":
             raise ExtractionError(f"operation {n}: unknown op {item.get('op')!r}")
     return operations
-
-
-def query_text(messages: Sequence[dict[str, Any]]) -> str:
-    """What to search existing memories with: the new user messages' text."""
-    texts = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
-    return "\n".join(texts)[:MAX_QUERY_CHARS]
 
 
 def today(now: float) -> str:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memproxy.memory.rows import iso
 from memproxy.scope import Scope
+from memproxy.times import iso
 
 STATUSES = ("pending", "running", "done", "dead")
 _JOB_COLUMNS = (

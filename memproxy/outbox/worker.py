@@ -38,16 +38,17 @@ import numpy.typing as npt
 
 from memproxy.config import ExtractionSettings, Settings
 from memproxy.db import Database
-from memproxy.memory import rows as rows
+from memproxy.memory import rows
 from memproxy.memory.rows import DuplicateMemory, Memory
 from memproxy.memory.store import MemoryStore
+from memproxy.messages import user_text
 from memproxy.outbox import queue as outbox
 from memproxy.outbox.extractor import (
+    MAX_QUERY_CHARS,
     ExtractionError,
     ExtractionInput,
     Extractor,
     Operation,
-    query_text,
     today,
 )
 from memproxy.outbox.queue import Job, LeaseLost
@@ -219,7 +220,9 @@ class Worker:
 
     async def _similar(self, scope: Scope, messages: list[dict[str, Any]]) -> list[Memory]:
         top_k = self.settings.similar_memories
-        query = query_text(messages) or "\n".join(str(m.get("content") or "") for m in messages)
+        query = user_text(messages, MAX_QUERY_CHARS) or "\n".join(
+            str(m.get("content") or "") for m in messages
+        )
         if top_k <= 0 or not query.strip():
             return []
         return [memory for memory, _score in await self.store.search(scope, query, top_k=top_k)]

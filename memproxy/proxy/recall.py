@@ -43,16 +43,18 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import RecallSettings, UpstreamSettings
+from memproxy.headers import RECALL_ERROR, RECALLED
 from memproxy.index.embedder import Embedder
 from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
+from memproxy.messages import latest_user_text
 from memproxy.proxy.budget import Tokenizers, count_tokens
 from memproxy.scope import RequestScope
 
 log = logging.getLogger(__name__)
 
-RECALLED_HEADER = "X-Memproxy-Recalled"
-ERROR_HEADER = "X-Memproxy-Recall-Error"
+RECALLED_HEADER = RECALLED
+ERROR_HEADER = RECALL_ERROR
 OPEN_TAG = "<memories>"
 CLOSE_TAG = "</memories>"
 PREAMBLE = (
@@ -70,31 +72,6 @@ _SPACES = re.compile(r"\s+")
 
 Vector = npt.NDArray[np.float32]
 Recall = tuple[dict[str, Any], int, str | None]
-
-
-def message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type", "text") == "text"
-        )
-    return ""
-
-
-def query_text(messages: list[Any]) -> str:
-    """The latest user message's text; tool results and assistant turns after it are skipped."""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            text = message_text(message).strip()
-            if len(text) > QUERY_MAX_CHARS:
-                half = QUERY_MAX_CHARS // 2
-                text = text[:half] + " … " + text[-half:]
-            return text
-    return ""
 
 
 def neutralize(text: str) -> str:
@@ -199,7 +176,7 @@ class Recaller:
 
     async def prepare(self, body: dict[str, Any], request_scope: RequestScope) -> Recall:
         """``(forwarded body, memories injected, error class or None)``; never raises for recall."""
-        query = query_text(body["messages"])
+        query = latest_user_text(body["messages"], QUERY_MAX_CHARS)
         if not query or self.settings.max_tokens <= 0:
             return body, 0, None
         try:

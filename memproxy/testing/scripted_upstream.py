@@ -36,9 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from memproxy.messages import message_text
+from memproxy.outbox.extractor import EXTRACTOR_MARKER
 from memproxy.testing.scripted_extractor import rule_extractor
 
-EXTRACTOR_MARKER = "memproxy-extractor"
 MEMORY_MARKER = "<memories>"
 EMBED_DIM = 64
 
@@ -173,13 +174,6 @@ def is_extraction(body: dict[str, Any]) -> bool:
         for m in body.get("messages", [])
         if isinstance(m, dict)
     )
-
-
-def message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
 
 
 def reply_for(body: dict[str, Any]) -> str:

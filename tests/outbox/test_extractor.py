@@ -8,6 +8,7 @@ import pytest
 
 from memproxy.memory.rows import Memory
 from memproxy.outbox.extractor import (
+    EXTRACTOR_MARKER,
     ExtractionError,
     ExtractionInput,
     Operation,
@@ -17,7 +18,7 @@ from memproxy.outbox.extractor import (
     today,
 )
 from memproxy.testing.scripted_extractor import rule_extractor
-from memproxy.testing.scripted_upstream import EXTRACTOR_MARKER, is_extraction
+from memproxy.testing.scripted_upstream import is_extraction
 
 
 def memory(memory_id: str, text: str) -> Memory:

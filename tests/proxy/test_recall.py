@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tiktoken
 
+from memproxy.messages import latest_user_text
 from memproxy.proxy.budget import use_bundled_tokenizers
 from memproxy.proxy.recall import (
     CLOSE_TAG,
@@ -26,7 +27,6 @@ from memproxy.proxy.recall import (
     QUERY_MAX_CHARS,
     QueryEmbeddingCache,
     neutralize,
-    query_text,
 )
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
@@ -183,8 +183,8 @@ def test_query_is_the_latest_user_text_and_bounded() -> None:
         {"role": "assistant", "content": "calling a tool"},
         {"role": "tool", "tool_call_id": "c", "content": "result"},
     ]  # fmt: skip
-    assert query_text(messages) == "new question"
-    long = query_text([{"role": "user", "content": "start " + "x" * 10_000 + " end"}])
+    assert latest_user_text(messages, QUERY_MAX_CHARS) == "new question"
+    long = latest_user_text([{"role": "user", "content": "start " + "x" * 10_000 + " end"}], QUERY_MAX_CHARS)
     assert long.startswith("start ") and long.endswith(" end") and len(long) <= QUERY_MAX_CHARS + 3
 
 
