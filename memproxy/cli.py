@@ -49,11 +49,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
 
     from memproxy.api.access_log import configure_logging
-    from memproxy.outbox.worker import run_standalone
+    from memproxy.services import run_worker_process
 
     settings = load(args)
     configure_logging(settings.server)
-    asyncio.run(run_standalone(settings))
+    asyncio.run(run_worker_process(settings))
     return 0
 
 
@@ -153,10 +153,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memproxy: {exc}", file=sys.stderr)
         return 2
     return code
-
-
-def data_dir(settings: Settings) -> Path:
-    return settings.storage.data_dir
 
 
 if __name__ == "__main__":

@@ -155,11 +155,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def applied_migrations(conn: sqlite3.Connection) -> list[str]:
-    rows = conn.execute("SELECT name FROM migrations ORDER BY name").fetchall()
-    return [str(r[0]) for r in rows]
-
-
 def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, str]] = MIGRATIONS) -> list[str]:
     """Apply the migrations not yet recorded; return the names applied now.
 

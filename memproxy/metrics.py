@@ -1,4 +1,4 @@
-"""Prometheus metrics of one running app, and the ``GET /metrics`` route.
+"""Prometheus metrics of one running app (served by ``GET /metrics`` in ``api.ops``).
 
 Invariants:
 - Every metric lives in the app's own ``CollectorRegistry`` (made in ``create_app``), never
@@ -12,32 +12,22 @@ Invariants:
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, Request
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
-from starlette.responses import Response
-
-if TYPE_CHECKING:
-    from memproxy.services import Services
 
 JOB_STATUSES = ("pending", "running", "done", "dead")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _RECALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
-
-router = APIRouter()
 
 
 class Metrics:
@@ -145,35 +135,12 @@ class Metrics:
             self.extraction_tokens.labels("completion").inc(completion_tokens)
 
     # -- scrape -----------------------------------------------------------------------------
-    async def refresh(self, services: Services) -> None:
+    def set_state(self, jobs_by_status: Mapping[str, int], loaded_scopes: int, held_vectors: int) -> None:
         """Copy state kept elsewhere into the gauges, just before a scrape."""
-        if services.db.is_open:
-            counts = await services.db.run(count_jobs_by_status)
-            for status in JOB_STATUSES:
-                self.jobs.labels(status).set(counts.get(status, 0))
-        self.index_scopes.set(services.index.loaded_scopes())
-        self.index_vectors.set(services.index.held_vectors())
+        for status in JOB_STATUSES:
+            self.jobs.labels(status).set(jobs_by_status.get(status, 0))
+        self.index_scopes.set(loaded_scopes)
+        self.index_vectors.set(held_vectors)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def count_jobs_by_status(conn: sqlite3.Connection) -> dict[str, int]:
-    rows = conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
-    return {str(status): int(count) for status, count in rows}
-
-
-def app_metrics(request: Request) -> Metrics | None:
-    metrics: Metrics | None = getattr(request.app.state, "metrics", None)
-    return metrics
-
-
-@router.get("/metrics")
-async def metrics_endpoint(request: Request) -> Response:
-    metrics = app_metrics(request)
-    if metrics is None:
-        return Response(b"", media_type=CONTENT_TYPE_LATEST)
-    services = getattr(request.app.state, "services", None)
-    if services is not None:
-        await metrics.refresh(services)
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
@@ -24,12 +24,12 @@ from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
 from memproxy.metrics import Metrics
+from memproxy.outbox import queue
 from memproxy.outbox.capture import Capture
+from memproxy.outbox.extractor import Extractor
+from memproxy.outbox.worker import Worker
 from memproxy.proxy.recall import Recaller
 from memproxy.upstream import Upstream
-
-if TYPE_CHECKING:
-    from memproxy.outbox.worker import Worker
 
 log = logging.getLogger("memproxy.services")
 
@@ -88,6 +88,11 @@ class Services:
                 log.debug("task %s had failed", name)
         self.tasks.clear()
 
+    async def refresh_metrics(self) -> None:
+        """Bring the gauges that mirror stored state up to date (called per scrape)."""
+        jobs = await self.db.run(queue.count_by_status) if self.db.is_open else {}
+        self.metrics.set_state(jobs, self.index.loaded_scopes(), self.index.held_vectors())
+
     async def close(self) -> None:
         self.ready = False
         await self.stop_tasks()
@@ -135,3 +140,37 @@ async def reembed_in_background(services: Services) -> None:
     done = await services.store.reembed_stale()
     if done:
         log.info("re-embedded %d memories with %s", done, services.embedder.identity)
+
+
+def build_worker(services: Services) -> Worker:
+    """The worker for an open ``Services``: its extractor, metrics and capture wake-up wired."""
+    settings = services.settings
+    extractor = Extractor(services.upstream, settings.extraction, settings.upstream)
+    worker = Worker(services.db, services.store, extractor, settings.extraction, clock=services.store.clock,
+                    on_attempt=services.metrics.extraction_attempt)  # fmt: skip
+    services.capture.on_enqueued = worker.notify
+    return worker
+
+
+def start_worker(services: Services) -> Worker:
+    """Run the in-process worker as an owned task of ``services`` (stopped by ``close``)."""
+    worker = build_worker(services)
+    services.worker = worker
+    services.start_task("worker", worker.run)
+    return worker
+
+
+async def run_worker_process(settings: Settings) -> None:
+    """``memproxy worker``: drain the outbox of the data dir until SIGTERM/SIGINT."""
+    services = await open_services(settings)
+    try:
+        await services.store.start()
+        worker = build_worker(services)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        services.start_task("worker", worker.run)
+        await stop.wait()
+    finally:
+        await services.close()  # cancels the worker, which releases its leases

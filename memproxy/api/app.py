@@ -15,8 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy import metrics
-from memproxy.api import chat, openai_routes
+from memproxy.api import chat, openai_routes, ops
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api.access_log import AccessLogMiddleware
@@ -24,8 +23,7 @@ from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
 from memproxy.headers import REQUEST_ID
 from memproxy.metrics import Metrics
-from memproxy.outbox.worker import start_worker
-from memproxy.services import open_services, reembed_in_background, snapshot_periodically
+from memproxy.services import open_services, reembed_in_background, snapshot_periodically, start_worker
 
 log = logging.getLogger("memproxy")
 _REQUEST_ID = REQUEST_ID.encode()
@@ -124,7 +122,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(openai_routes.router)
     app.include_router(memories_api.router)
     app.include_router(jobs_api.router)
-    app.include_router(metrics.router)
+    app.include_router(ops.router)
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -1,4 +1,4 @@
-"""The rest of the OpenAI surface we proxy: models and embeddings. Also health probes."""
+"""The rest of the OpenAI surface we proxy: models and embeddings."""
 
 from __future__ import annotations
 
@@ -28,19 +28,3 @@ async def create_embeddings(request: Request, credential: CredentialDep, service
             400, "'input' must be a non-empty string or array.", param="input", code="invalid_type"
         )
     return JSONResponse(await services.upstream.embeddings(body, credential))
-
-
-@router.get("/healthz")
-async def healthz() -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-@router.get("/readyz")
-async def readyz(request: Request) -> Response:
-    services = getattr(request.app.state, "services", None)
-    if services is None or not services.ready:
-        return JSONResponse({"status": "starting"}, status_code=503)
-    problems = services.health_problems() if hasattr(services, "health_problems") else []
-    if problems:
-        return JSONResponse({"status": "degraded", "problems": problems}, status_code=503)
-    return JSONResponse({"status": "ready"})

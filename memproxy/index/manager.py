@@ -238,10 +238,6 @@ class IndexManager:
             await self.snapshot(key)
         self._scopes.pop(key, None)
 
-    async def unload_all(self) -> None:
-        for key in list(self._scopes):
-            await self.unload(key)
-
     async def _get(self, scope: Scope) -> LoadedScope:
         entry = self._scopes.get(scope.key)
         if entry is None:

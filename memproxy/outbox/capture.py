@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from memproxy.db import Database
@@ -129,14 +129,6 @@ class PlannedCapture:
     inputs: list[dict[str, Any]]
 
 
-@dataclass
-class CaptureStats:
-    captured: int = 0
-    failed: int = 0
-    skipped: int = 0  # completion failed or was aborted: nothing to capture
-    last_error: str | None = field(default=None, repr=False)
-
-
 class Capture:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
         self.db = db
@@ -144,7 +136,6 @@ class Capture:
         # Wired by the app: wake the worker; count a failure in /metrics.
         self.on_enqueued: Callable[[], None] | None = None
         self.on_failure: Callable[[], None] | None = None
-        self.stats = CaptureStats()
 
     def plan(self, request_scope: RequestScope, body: dict[str, Any]) -> PlannedCapture | None:
         """None when this request captures nothing (memory off or ``X-Memproxy-Capture: off``)."""
@@ -162,18 +153,14 @@ class Capture:
         """
         turn = [*plan.inputs, *([reply] if reply else [])]
         if not turn:
-            self.stats.skipped += 1
             return OFF
         try:
             await enqueue_turn(self.db, plan.job_id, plan.scope, plan.session_id, turn, self.clock())
         except Exception as exc:
-            self.stats.failed += 1
-            self.stats.last_error = f"{type(exc).__name__}: {exc}"
             log.error("capture of job %s failed; the answer was still delivered: %s", plan.job_id, exc)
             if self.on_failure is not None:
                 self.on_failure()
             return FAILED
-        self.stats.captured += 1
         if self.on_enqueued is not None:
             self.on_enqueued()
         return plan.job_id
@@ -188,7 +175,6 @@ class Capture:
         return job_id
 
     def not_captured(self, plan: PlannedCapture, reason: str) -> None:
-        self.stats.skipped += 1
         log.info("turn of job %s not captured: %s", plan.job_id, reason)
 
 

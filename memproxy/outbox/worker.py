@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import sqlite3
 import time
@@ -31,12 +30,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.config import ExtractionSettings, Settings
+from memproxy.config import ExtractionSettings
 from memproxy.db import Database
 from memproxy.memory import rows
 from memproxy.memory.rows import DuplicateMemory, Memory
@@ -54,24 +53,7 @@ from memproxy.outbox.extractor import (
 from memproxy.outbox.queue import Job, LeaseLost
 from memproxy.scope import Scope
 
-if TYPE_CHECKING:
-    from memproxy.services import Services
-
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class WorkerStats:
-    batches: int = 0
-    jobs_done: int = 0
-    attempts_failed: int = 0
-    jobs_dead: int = 0
-    extraction_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
 
 
 @dataclass
@@ -118,7 +100,6 @@ class Worker:
         self.settings = settings
         self.owner = owner or default_owner()
         self.clock = clock
-        self.stats = WorkerStats()
         # Reports each extraction call (ok?, prompt tokens, completion tokens) to metrics.
         self.on_attempt = on_attempt
         self._wake = asyncio.Event()
@@ -188,14 +169,12 @@ class Worker:
             )
 
     async def _process(self, jobs: list[Job]) -> None:
-        self.stats.batches += 1
         limit = self.settings.context_messages
         batch = await self.db.run(lambda c: _read_batch(c, jobs, limit))
         usage = (0, 0)
         try:
             data = ExtractionInput(batch.new_messages, batch.earlier_messages,
                                    await self._similar(jobs[0].scope, batch.new_messages), today(self.clock()))  # fmt: skip
-            self.stats.extraction_calls += 1
             result = await self.extractor.extract(data)
             usage = (result.prompt_tokens, result.completion_tokens)
             self._count_tokens(usage)
@@ -213,8 +192,6 @@ class Worker:
             await self._fail(jobs, exc, usage)
 
     def _count_tokens(self, usage: tuple[int, int], ok: bool = True) -> None:
-        self.stats.prompt_tokens += usage[0]
-        self.stats.completion_tokens += usage[1]
         if self.on_attempt is not None:
             self.on_attempt(ok, usage[0], usage[1])
 
@@ -249,8 +226,6 @@ class Worker:
         except LeaseLost:
             log.warning("failed batch had lost its lease; leaving it to its new owner")
             return
-        self.stats.attempts_failed += len(jobs)
-        self.stats.jobs_dead += len(dead)
         log.warning("extraction of %d job(s) failed (%s)%s", len(jobs), error,
                     f"; dead: {', '.join(dead)}" if dead else "; will retry")  # fmt: skip
 
@@ -272,10 +247,6 @@ class Worker:
             for op, vector in zip(operations, vectors, strict=True):
                 if _apply_one(conn, scope, op, vector, identity, batch.session_id, now):
                     counts[op.op] += 1
-        self.stats.jobs_done += len(batch.jobs)
-        self.stats.added += counts["ADD"]
-        self.stats.updated += counts["UPDATE"]
-        self.stats.deleted += counts["DELETE"]
 
 
 def _apply_one(
@@ -310,39 +281,3 @@ def _apply_one(
     except DuplicateMemory:
         return False
     return True
-
-
-def build_worker(services: Services) -> Worker:
-    """The worker for an open ``Services``: its extractor, metrics and capture wake-up wired."""
-    settings = services.settings
-    extractor = Extractor(services.upstream, settings.extraction, settings.upstream)
-    worker = Worker(services.db, services.store, extractor, settings.extraction, clock=services.store.clock,
-                    on_attempt=services.metrics.extraction_attempt)  # fmt: skip
-    services.capture.on_enqueued = worker.notify
-    return worker
-
-
-def start_worker(services: Services) -> Worker:
-    """Run the in-process worker as an owned task of ``services`` (stopped by ``close``)."""
-    worker = build_worker(services)
-    services.worker = worker
-    services.start_task("worker", worker.run)
-    return worker
-
-
-async def run_standalone(settings: Settings) -> None:
-    """``memproxy worker``: drain the outbox of the data dir until SIGTERM/SIGINT."""
-    from memproxy.services import open_services
-
-    services = await open_services(settings)
-    try:
-        await services.store.start()
-        worker = build_worker(services)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        services.start_task("worker", worker.run)
-        await stop.wait()
-    finally:
-        await services.close()  # cancels the worker, which releases its leases

@@ -1,0 +1,38 @@
+"""Operations routes: liveness, readiness and Prometheus metrics (no credentials)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import JSONResponse, Response
+
+from memproxy.metrics import Metrics
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    services = getattr(request.app.state, "services", None)
+    if services is None or not services.ready:
+        return JSONResponse({"status": "starting"}, status_code=503)
+    problems = services.health_problems() if hasattr(services, "health_problems") else []
+    if problems:
+        return JSONResponse({"status": "degraded", "problems": problems}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+async def metrics_endpoint(request: Request) -> Response:
+    metrics: Metrics | None = getattr(request.app.state, "metrics", None)
+    if metrics is None:
+        return Response(b"", media_type=CONTENT_TYPE_LATEST)
+    services = getattr(request.app.state, "services", None)
+    if services is not None:
+        await services.refresh_metrics()
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
