@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -24,24 +23,16 @@ def load(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from memproxy.api.access_log import configure_logging
     from memproxy.api.app import create_app
+    from memproxy.api.serving import serve
 
     settings = load(args)
     configure_logging(settings.server)
     # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
     # process with -SIGTERM; a clean, graceful shutdown should exit 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level="warning",
-        timeout_graceful_shutdown=math.ceil(settings.server.shutdown_grace_s),
-    )
-    return 0
+    return serve(create_app(settings), settings)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

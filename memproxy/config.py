@@ -31,6 +31,8 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # Request line plus headers; larger requests get 431 (see ``api.serving``).
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)
     log_format: Literal["plain", "json"] = "plain"
     log_content: bool = False
     # How long SIGTERM waits for in-flight streams before closing them.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -137,20 +138,30 @@ class Upstream:
         result: dict[str, Any] = response.model_dump(exclude_none=True)
         return result
 
-    async def models(self, credential: Credential | None) -> dict[str, Any]:
-        """The provider's model list (when it has an OpenAI-style one) plus our aliases."""
-        data: list[dict[str, Any]] = []
+    async def _get_models(self, path: str, credential: Credential | None) -> dict[str, Any]:
+        """GET ``path`` under the provider's OpenAI-style base; its error as it sent it."""
         base = self._settings.api_base or "https://api.openai.com/v1"
         key = (credential.provider_key if credential else None) or self._settings.api_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         async with httpx.AsyncClient(timeout=self._settings.timeout_s) as client:
             try:
-                response = await client.get(base.rstrip("/") + "/models", headers=headers)
+                response = await client.get(base.rstrip("/") + path, headers=headers)
             except httpx.HTTPError as exc:
                 raise ApiError(502, f"upstream unreachable: {exc}", type="server_error") from exc
         if response.status_code != 200:
             raise upstream_http_error(response)
-        data = list(response.json().get("data", []))
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def model(self, model_id: str, credential: Credential | None) -> dict[str, Any]:
+        """``GET /models/{id}``: an alias answers itself; any other id is the provider's answer."""
+        if model_id in self._aliases:
+            return {"id": model_id, "object": "model", "created": 0, "owned_by": "memproxy"}
+        return await self._get_models("/models/" + quote(model_id, safe="/:@"), credential)
+
+    async def models(self, credential: Credential | None) -> dict[str, Any]:
+        """The provider's model list (when it has an OpenAI-style one) plus our aliases."""
+        data = list((await self._get_models("/models", credential)).get("data", []))
         known = {m.get("id") for m in data}
         data += [
             {"id": name, "object": "model", "created": 0, "owned_by": "memproxy"}

@@ -56,6 +56,27 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+class TrailingSlashMiddleware:
+    """Serve ``/v1/chat/completions/`` as ``/v1/chat/completions``.
+
+    A base URL written with a trailing slash makes some clients call ``…/completions/``;
+    Starlette's answer is a bare 307 that SDKs do not follow for a POST. Stripping the
+    slash before routing serves the request (no redirect, the method and body are kept).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
+            stripped = path.rstrip("/") or "/"
+            raw = scope.get("raw_path")
+            scope = {**scope, "path": stripped,
+                     "raw_path": (raw.rstrip(b"/") or b"/") if raw else stripped.encode()}  # fmt: skip
+        await self.app(scope, receive, send)
+
+
 def _error_response(exc: ApiError) -> Response:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
@@ -131,4 +152,6 @@ def create_app(settings: Settings) -> FastAPI:
     # Added first so it runs inside RequestIdMiddleware and sees the request id.
     app.add_middleware(AccessLogMiddleware, server=settings.server, metrics=app_metrics)
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(TrailingSlashMiddleware)
+    app.router.redirect_slashes = False
     return app

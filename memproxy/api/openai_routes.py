@@ -18,6 +18,12 @@ async def list_models(credential: CredentialDep, services: ServicesDep) -> Respo
     return JSONResponse(await services.upstream.models(credential))
 
 
+@router.get("/v1/models/{model_id:path}")
+@router.get("/models/{model_id:path}")
+async def retrieve_model(model_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    return JSONResponse(await services.upstream.model(model_id, credential))
+
+
 @router.post("/v1/embeddings")
 @router.post("/embeddings")
 async def create_embeddings(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:

@@ -198,8 +198,8 @@ def update_memory(
 ) -> Memory | None:
     """Change text (pass its new embedding too), metadata and/or expiry; None if not visible.
 
-    Writes history UPDATE (old and new text) and a change. Raises ``DuplicateMemory`` if
-    the new text equals another memory of the scope.
+    Writes history UPDATE (old and new text) when the text changed, and a change either
+    way. Raises ``DuplicateMemory`` if the new text equals another memory of the scope.
     """
     _check_source(source)
     current = get_memory(conn, tenant, memory_id, now)
@@ -228,7 +228,13 @@ def update_memory(
         ).fetchone()
         raise DuplicateMemory(existing[0] if existing else "") from None
     memory = _memory(row)
-    _record(conn, memory, "UPDATE", current.text, memory.text, source, now)
+    if memory.text != current.text:
+        _record(conn, memory, "UPDATE", current.text, memory.text, source, now)
+    else:  # history is the text's: a metadata/expiry change is no event, but the index still hears of it
+        conn.execute(
+            "INSERT INTO changes (tenant, scope_key, memory_num, op) VALUES (?, ?, ?, 'upsert')",
+            (memory.tenant, memory.scope_key, memory.num),
+        )
     return memory
 
 

@@ -24,9 +24,14 @@ def free_port() -> int:
 
 
 class BackgroundServer:
-    def __init__(self, app: Any, port: int | None = None, *, startup_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, app: Any, port: int | None = None, *, startup_timeout_s: float = 60.0, **options: Any
+    ) -> None:
+        """``options`` go to ``uvicorn.Config`` (e.g. ``api.serving.uvicorn_options``'s ``http``)."""
         self.port = port or free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", **options
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"uvicorn-{self.port}", daemon=True)
         self._startup_timeout_s = startup_timeout_s

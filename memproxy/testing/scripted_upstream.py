@@ -85,6 +85,7 @@ class ScriptedUpstream:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
             ]
         )
 
@@ -100,6 +101,15 @@ class ScriptedUpstream:
             for m in ("gpt-4o-mini", "tools")
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    async def _model(self, request: Request) -> Response:
+        self.requests.append(Recorded(request.url.path, dict(request.headers), {}))
+        model_id = request.path_params["model_id"]
+        if model_id not in ("gpt-4o-mini", "tools"):
+            error = {"message": f"The model '{model_id}' does not exist", "type": "invalid_request_error",
+                     "param": None, "code": "model_not_found"}  # fmt: skip
+            return JSONResponse({"error": error}, status_code=404)
+        return JSONResponse({"id": model_id, "object": "model", "created": 0, "owned_by": "scripted"})
 
     async def _embeddings(self, request: Request) -> Response:
         body = await self._record(request)

@@ -10,6 +10,7 @@ import httpx
 import openai
 
 from memproxy.api.app import create_app
+from memproxy.api.serving import capped_http_protocol
 from memproxy.config import Settings, settings_from_dict
 from memproxy.testing.background_server import BackgroundServer
 
@@ -62,5 +63,7 @@ def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]
 
 
 def start_proxy(settings: Settings) -> tuple[BackgroundServer, Proxy]:
-    server = BackgroundServer(create_app(settings)).start()
+    # The header cap is the protocol ``memproxy serve`` uses, so in-process servers have it too.
+    protocol = capped_http_protocol(settings.server.max_header_bytes)
+    server = BackgroundServer(create_app(settings), http=protocol).start()
     return server, Proxy(server.url, settings, settings.storage.data_dir)
