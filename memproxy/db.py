@@ -139,6 +139,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        # For the console (issue 15). history.job_ids: the captured turns (jobs) an extracted
+        # change came from -- a batch coalesces several jobs, so a JSON array; NULL for manual
+        # writes. The jobs index lets GET /v1/scopes page a tenant's scopes in key order.
+        "0002_console",
+        """
+        ALTER TABLE history ADD COLUMN job_ids TEXT;
+        CREATE INDEX jobs_tenant_user_agent ON jobs (tenant, user_id, agent_id)
+        """,
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memproxy.api import chat, openai_routes, ops
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
+from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import AccessLogMiddleware
 from memproxy.config import Settings
 from memproxy.errors import ApiError, error_body
@@ -143,6 +144,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(openai_routes.router)
     app.include_router(memories_api.router)
     app.include_router(jobs_api.router)
+    app.include_router(scopes_api.router)
     app.include_router(ops.router)
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)

@@ -1,4 +1,5 @@
-"""``GET /v1/jobs`` and ``POST /v1/jobs/{id}/retry``: the caller's extraction jobs.
+"""``GET /v1/jobs``, ``GET /v1/jobs/{id}``, ``GET /v1/jobs/{id}/messages`` and
+``POST /v1/jobs/{id}/retry``: the caller's extraction jobs.
 
 Invariants:
 - Tenant-bound like every management route: the tenant is the credential's, and another
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError, not_found
 from memproxy.outbox import queue as outbox
+from memproxy.scope import validate_id
 
 router = APIRouter()
 
@@ -56,8 +58,9 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     return float(created_at), job_id
 
 
-@router.get("/v1/jobs", dependencies=[allow_query("status", "limit", "cursor")])
+@router.get("/v1/jobs", dependencies=[allow_query("status", "limit", "cursor", "user_id", "agent_id")])
 async def list_jobs(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+    """``user_id`` / ``agent_id`` select exactly (absent: any), as the console's scope page needs."""
     status = request.query_params.get("status") or None
     if status is not None and status not in outbox.STATUSES:
         raise ApiError(400, f"status must be one of {', '.join(outbox.STATUSES)}", param="status",
@@ -65,7 +68,11 @@ async def list_jobs(request: Request, credential: CredentialDep, services: Servi
     limit = _limit(request.query_params.get("limit"))
     cursor = request.query_params.get("cursor")
     after = decode_cursor(cursor) if cursor else None
-    jobs = await services.db.run(lambda c: outbox.list_jobs(c, credential.tenant, status, limit + 1, after))
+    query = request.query_params
+    user_id, agent_id = (validate_id(query[k], k) if k in query else None for k in ("user_id", "agent_id"))
+    jobs = await services.db.run(
+        lambda c: outbox.list_jobs(c, credential.tenant, status, limit + 1, after, user_id, agent_id)
+    )
     page = jobs[:limit]
     next_cursor = encode_cursor(page[-1]) if len(jobs) > limit else None
     return JSONResponse(
@@ -79,6 +86,21 @@ async def get_job(job_id: str, credential: CredentialDep, services: ServicesDep)
     if job is None:
         raise not_found("job")
     return JSONResponse(job.to_api())
+
+
+@router.get("/v1/jobs/{job_id}/messages", dependencies=[allow_query()])
+async def job_messages(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    """The turn the job captured (kept after extraction; erased when its scope is forgotten)."""
+
+    def read(conn: sqlite3.Connection) -> list[dict[str, object]] | None:
+        if outbox.get_job(conn, credential.tenant, job_id) is None:
+            return None
+        return outbox.captured_messages(conn, credential.tenant, job_id)
+
+    messages = await services.db.run(read)
+    if messages is None:
+        raise not_found("job")
+    return JSONResponse({"object": "list", "job_id": job_id, "data": messages})
 
 
 @router.post("/v1/jobs/{job_id}/retry", dependencies=[allow_query()])

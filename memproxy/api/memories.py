@@ -31,7 +31,7 @@ from memproxy.api.body import read_bytes, read_json_object
 from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
 from memproxy.errors import ApiError
 from memproxy.headers import EXISTING_ID
-from memproxy.memory.rows import UNSET, DuplicateMemory
+from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory
 from memproxy.memory.transfer import bad_param, optional_object, optional_text, parse_jsonl, to_jsonl
 from memproxy.messages import content_text
 from memproxy.outbox.capture import CAPTURED_ROLES
@@ -105,6 +105,15 @@ def _int_param(raw: object, param: str, default: int, low: int, high: int, *, in
     if not low <= value <= high:
         raise bad_param(param, f"'{param}' must be between {low} and {high}.", code="invalid_value")
     return value
+
+
+def _flag(raw: str | None, param: str) -> bool | None:
+    """A query-string boolean: ``true``/``false``; absent or empty is ``None`` (no filter)."""
+    if not raw:
+        return None
+    if raw not in ("true", "false"):
+        raise bad_param(param, f"'{param}' must be true or false.", code="invalid_value")
+    return raw == "true"
 
 
 def _expires(body: Mapping[str, Any]) -> Any:
@@ -182,15 +191,22 @@ def _turn_messages(raw: object) -> list[dict[str, Any]]:
     return turn
 
 
-@router.get("/v1/memories", dependencies=[allow_query("user_id", "agent_id", "limit", "cursor")])
+@router.get(
+    "/v1/memories",
+    dependencies=[allow_query("user_id", "agent_id", "limit", "cursor", "source", "has_expiry")],
+)
 async def list_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
     query = request.query_params
     user_id, agent_id = _ids(query, request)
     limit = _int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, in_query=True)
     cursor = query.get("cursor") or None
+    source = query.get("source") or None
+    if source is not None and source not in SOURCES:
+        raise bad_param("source", f"'source' must be one of {', '.join(SOURCES)}.", code="invalid_value")
     page, next_cursor = await services.store.list_memories(
-        credential.tenant, user_id, agent_id, limit=limit, cursor=cursor
-    )
+        credential.tenant, user_id, agent_id, limit=limit, cursor=cursor, source=source,
+        has_expiry=_flag(query.get("has_expiry"), "has_expiry"),
+    )  # fmt: skip
     return JSONResponse({"object": "list", "data": [m.to_api() for m in page], "next_cursor": next_cursor})
 
 

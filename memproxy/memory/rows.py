@@ -114,13 +114,17 @@ def _memory(row: Sequence[Any]) -> Memory:
 
 
 def _record(conn: sqlite3.Connection, memory: Memory, event: str, old: str | None, new: str | None,
-            source: str, now: float) -> None:  # fmt: skip
-    """The history event and the change-log row that go with every memory write."""
+            source: str, now: float, job_ids: Sequence[str] = ()) -> None:  # fmt: skip
+    """The history event and the change-log row that go with every memory write.
+
+    ``job_ids``: the captured turns an extracted change came from (empty for manual writes).
+    """
     conn.execute(
-        "INSERT INTO history (memory_id, tenant, scope_key, event, old_text, new_text, source, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (memory.id, memory.tenant, memory.scope_key, event, old, new, source, now),
-    )
+        "INSERT INTO history (memory_id, tenant, scope_key, event, old_text, new_text, source, created_at, "
+        "job_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (memory.id, memory.tenant, memory.scope_key, event, old, new, source, now,
+         json.dumps(list(job_ids)) if job_ids else None),
+    )  # fmt: skip
     op = "delete" if event == "DELETE" else "upsert"
     conn.execute(
         "INSERT INTO changes (tenant, scope_key, memory_num, op) VALUES (?, ?, ?, ?)",
@@ -148,6 +152,7 @@ def insert_memory(
     memory_id: str | None = None,
     created_at: float | None = None,
     updated_at: float | None = None,
+    job_ids: Sequence[str] = (),
 ) -> Memory:
     """Insert a memory (+ history ADD + change). Raises ``DuplicateMemory``.
 
@@ -176,10 +181,10 @@ def insert_memory(
             raise  # the id collided, not the text
         if existing[1] is None or existing[1] > now:
             raise DuplicateMemory(existing[0]) from None
-        delete_memory(conn, scope.tenant, existing[0], source=source, now=now)
+        delete_memory(conn, scope.tenant, existing[0], source=source, now=now, job_ids=job_ids)
         row = conn.execute(sql, params).fetchone()
     memory = _memory(row)
-    _record(conn, memory, "ADD", None, text, source, now)
+    _record(conn, memory, "ADD", None, text, source, now, job_ids)
     return memory
 
 
@@ -195,6 +200,7 @@ def update_memory(
     embed_model: str | None = None,
     metadata: dict[str, Any] | None = None,
     expires_at: float | None = UNSET,
+    job_ids: Sequence[str] = (),
 ) -> Memory | None:
     """Change text (pass its new embedding too), metadata and/or expiry; None if not visible.
 
@@ -229,7 +235,7 @@ def update_memory(
         raise DuplicateMemory(existing[0] if existing else "") from None
     memory = _memory(row)
     if memory.text != current.text:
-        _record(conn, memory, "UPDATE", current.text, memory.text, source, now)
+        _record(conn, memory, "UPDATE", current.text, memory.text, source, now, job_ids)
     else:  # history is the text's: a metadata/expiry change is no event, but the index still hears of it
         conn.execute(
             "INSERT INTO changes (tenant, scope_key, memory_num, op) VALUES (?, ?, ?, 'upsert')",
@@ -238,7 +244,8 @@ def update_memory(
     return memory
 
 
-def delete_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, *, source: str, now: float) -> bool:
+def delete_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, *, source: str, now: float,
+                  job_ids: Sequence[str] = ()) -> bool:  # fmt: skip
     """Delete a memory (expired ones too); history DELETE + change. False if not found."""
     row = conn.execute(
         f"DELETE FROM memories WHERE tenant = ? AND id = ? RETURNING {_COLUMNS}", (tenant, memory_id)
@@ -246,7 +253,7 @@ def delete_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, *, sour
     if row is None:
         return False
     memory = _memory(row)
-    _record(conn, memory, "DELETE", memory.text, None, source, now)
+    _record(conn, memory, "DELETE", memory.text, None, source, now, job_ids)
     return True
 
 
@@ -292,9 +299,19 @@ def list_memories(
     limit: int,
     cursor: str | None,
     now: float,
+    source: str | None = None,
+    has_expiry: bool | None = None,
 ) -> tuple[list[Memory], str | None]:
-    """Visible memories in insertion order; ``None`` ids mean "any". Returns (page, next cursor)."""
+    """Visible memories in insertion order; ``None`` ids mean "any". Returns (page, next cursor).
+
+    ``source`` and ``has_expiry`` (an ``expires_at`` is set) narrow it when not ``None``.
+    """
     where, params = _scope_filter(tenant, user_id, agent_id)
+    if source is not None:
+        where += " AND source = ?"
+        params.append(source)
+    if has_expiry is not None:
+        where += " AND expires_at IS NOT NULL" if has_expiry else " AND expires_at IS NULL"
     after = decode_cursor(cursor) if cursor else 0
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM memories WHERE {where} AND num > ? AND {_VISIBLE} ORDER BY num LIMIT ?",
@@ -324,16 +341,17 @@ def hydrate(
 def get_history(conn: sqlite3.Connection, tenant: str, memory_id: str) -> list[dict[str, Any]] | None:
     """A memory's events, oldest first (also after deletion); None if the tenant never had it."""
     rows = conn.execute(
-        "SELECT event, old_text, new_text, created_at, source FROM history "
+        "SELECT event, old_text, new_text, created_at, source, job_ids FROM history "
         "WHERE tenant = ? AND memory_id = ? ORDER BY num",
         (tenant, memory_id),
     ).fetchall()
     if not rows:
         return None
     return [
-        {"event": r[0], "old_text": r[1], "new_text": r[2], "created_at": iso(r[3]), "source": r[4]}
+        {"event": r[0], "old_text": r[1], "new_text": r[2], "created_at": iso(r[3]), "source": r[4],
+         "job_ids": json.loads(r[5]) if r[5] else []}
         for r in rows
-    ]
+    ]  # fmt: skip
 
 
 def forget_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, int]:

@@ -136,11 +136,14 @@ class MemoryStore:
         *,
         limit: int = 50,
         cursor: str | None = None,
+        source: str | None = None,
+        has_expiry: bool | None = None,
     ) -> tuple[list[Memory], str | None]:
         now, limit = self.clock(), max(1, min(limit, 1000))
         return await self.db.run(
-            lambda c: rows.list_memories(c, tenant, user_id, agent_id, limit=limit, cursor=cursor, now=now)
-        )
+            lambda c: rows.list_memories(c, tenant, user_id, agent_id, limit=limit, cursor=cursor, now=now,
+                                         source=source, has_expiry=has_expiry)
+        )  # fmt: skip
 
     async def update(
         self,

@@ -263,14 +263,18 @@ def list_jobs(
     status: str | None,
     limit: int = 100,
     after: tuple[float, str] | None = None,
+    user_id: str | None = None,
+    agent_id: str | None = None,
 ) -> list[Job]:
-    """A tenant's jobs, oldest first (by ``(created_at, id)``), optionally of one status,
-    optionally only those after the ``(created_at, id)`` of a previous page's last job."""
+    """A tenant's jobs, oldest first (by ``(created_at, id)``), optionally of one status and/or
+    scope ids (``None``: any), optionally only those after the ``(created_at, id)`` of a
+    previous page's last job."""
     clauses: list[str] = ["tenant = ?"]
     params: list[Any] = [tenant]
-    if status is not None:
-        clauses.append("status = ?")
-        params.append(status)
+    for column, value in (("status", status), ("user_id", user_id), ("agent_id", agent_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
     if after is not None:
         clauses.append("(created_at > ? OR (created_at = ? AND id > ?))")
         params.extend((after[0], after[0], after[1]))
@@ -279,6 +283,18 @@ def list_jobs(
         (*params, limit),
     ).fetchall()
     return [_job(r) for r in rows]
+
+
+def captured_messages(conn: sqlite3.Connection, tenant: str, job_id: str) -> list[dict[str, Any]]:
+    """The turn a job captured, in capture order, as the API shows it (tenant-bound)."""
+    rows = conn.execute(
+        "SELECT role, content, session_id, created_at FROM messages WHERE tenant = ? AND job_id = ? "
+        "ORDER BY num",
+        (tenant, job_id),
+    ).fetchall()
+    return [
+        {"role": r[0], "message": json.loads(r[1]), "session_id": r[2], "created_at": iso(r[3])} for r in rows
+    ]
 
 
 def retry(conn: sqlite3.Connection, tenant: str, job_id: str, now: float) -> Job | None:

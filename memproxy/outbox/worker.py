@@ -244,8 +244,9 @@ class Worker:
         with conn:
             outbox.complete(conn, [job.id for job in batch.jobs], self.owner, now,
                             prompt_tokens=usage[0], completion_tokens=usage[1])  # fmt: skip
+            job_ids = [job.id for job in batch.jobs]
             for op, vector in zip(operations, vectors, strict=True):
-                if _apply_one(conn, scope, op, vector, identity, batch.session_id, now):
+                if _apply_one(conn, scope, op, vector, identity, batch.session_id, now, job_ids):
                     counts[op.op] += 1
 
 
@@ -257,10 +258,16 @@ def _apply_one(
     identity: str,
     session_id: str,
     now: float,
+    job_ids: list[str],
 ) -> bool:
-    """Apply one validated operation; False when it turned out to be a no-op."""
+    """Apply one validated operation; False when it turned out to be a no-op.
+
+    History rows name ``job_ids``, the batch's captured turns the change came from.
+    """
     if op.op == "DELETE" and op.memory_id is not None:
-        return rows.delete_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now)
+        return rows.delete_memory(
+            conn, scope.tenant, op.memory_id, source="extracted", now=now, job_ids=job_ids
+        )
     assert op.text is not None
     if op.op == "UPDATE" and op.memory_id is not None:
         current = rows.get_memory(conn, scope.tenant, op.memory_id, now)
@@ -269,15 +276,16 @@ def _apply_one(
                 return False
             try:
                 rows.update_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now, text=op.text,
-                                   embedding=vector, embed_model=identity)  # fmt: skip
+                                   embedding=vector, embed_model=identity, job_ids=job_ids)  # fmt: skip
             except DuplicateMemory:
                 # The new text already is another memory: this one is superseded.
-                rows.delete_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now)
+                rows.delete_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now,
+                                   job_ids=job_ids)  # fmt: skip
             return True
         # Deleted or expired while we extracted: the fact is still news, so add it.
     try:
         rows.insert_memory(conn, scope, op.text, embedding=vector, embed_model=identity, source="extracted",
-                           now=now, session_id=session_id)  # fmt: skip
+                           now=now, session_id=session_id, job_ids=job_ids)  # fmt: skip
     except DuplicateMemory:
         return False
     return True
