@@ -54,6 +54,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def config_source(args: argparse.Namespace) -> str:
+    """Which configuration a command used, for messages that must say where they looked."""
+    path = find_config_path(getattr(args, "config", None), dict(os.environ))
+    if path is not None:
+        return f"config: {path}"
+    return "config: none found (looked for --config, $MEMPROXY_CONFIG, ./config.yaml), built-in defaults"
+
+
+def _operator_error(args: argparse.Namespace, exc: Exception) -> int:
+    print(f"memproxy: {exc}\n  ({config_source(args)})", file=sys.stderr)
+    return 2
+
+
 def cmd_reindex(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -62,24 +75,85 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(reindex(load(args), args.scope))
     except OperatorError as exc:
-        print(f"memproxy: {exc}", file=sys.stderr)
-        return 2
+        return _operator_error(args, exc)
     print(f"reindexed {result.memories} memories in {result.scopes} scope(s); re-embedded {result.reembedded}; "
           f"removed {result.orphan_snapshots_removed} orphan snapshot(s)", file=sys.stderr)  # fmt: skip
     return 0
 
 
+def describe_tenants(counts: list[tuple[str, int]], shown: int = 10) -> str:
+    """``alpha (12 memories, logged as tenant=3b1e0c9a77d2), …`` for messages."""
+    if not counts:
+        return "none (this database holds no memories)"
+    parts = [f"{tenant} ({n} memories, logged as tenant={tenant_log_hash(tenant)})" for tenant, n in counts]
+    more = f", and {len(parts) - shown} more (memproxy tenant lists them all)" if len(parts) > shown else ""
+    return ", ".join(parts[:shown]) + more
+
+
+def tenant_log_hash(tenant: str) -> str:
+    from memproxy.auth import Credential
+
+    return Credential(tenant=tenant, provider_key=None).tenant_hash
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     import asyncio
 
-    from memproxy.memory.maintenance import export_jsonl
+    from memproxy.memory.maintenance import OperatorError, export_jsonl, tenant_counts
 
-    data = asyncio.run(export_jsonl(load(args), args.tenant, args.user_id, args.agent_id))
+    settings = load(args)
+    try:
+        data, count = asyncio.run(export_jsonl(settings, args.tenant, args.user_id, args.agent_id))
+    except OperatorError as exc:
+        return _operator_error(args, exc)
     if args.out and args.out != "-":
         Path(args.out).write_bytes(data)
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
+    where = "".join(f" {flag}={value}" for flag, value in (("user_id", args.user_id), ("agent_id", args.agent_id))
+                    if value is not None)  # fmt: skip
+    print(f"exported {count} memories of tenant {args.tenant}{where}", file=sys.stderr)
+    if count:
+        return 0
+    counts = asyncio.run(tenant_counts(settings))
+    if args.tenant in dict(counts):
+        return 0  # the tenant exists; the filter selected nothing
+    print(f"memproxy: tenant {args.tenant!r} has no memories in {settings.storage.data_dir}. "
+          f"Known tenants: {describe_tenants(counts)}. In passthrough mode a token's tenant is "
+          "`memproxy tenant --token <token>`.", file=sys.stderr)  # fmt: skip
+    return 1
+
+
+def cmd_tenant(args: argparse.Namespace) -> int:
+    """With ``--token``: the tenant the server derives from it (stdout) and how logs show it.
+    Without: every tenant of the data dir with its memory count."""
+    import asyncio
+
+    from memproxy.auth import Authenticator
+    from memproxy.errors import ApiError
+    from memproxy.memory.maintenance import OperatorError, tenant_counts
+
+    settings = load(args)
+    if args.token is None:
+        try:
+            counts = asyncio.run(tenant_counts(settings))
+        except OperatorError as exc:
+            return _operator_error(args, exc)
+        for tenant, n in counts:
+            print(f"{tenant}\t{n} memories\ttenant={tenant_log_hash(tenant)}")
+        if not counts:
+            print(f"no tenant has memories in {settings.storage.data_dir}", file=sys.stderr)
+        return 0
+    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    try:
+        credential = Authenticator(settings.auth).authenticate(f"Bearer {token}")
+    except ApiError as exc:
+        print(f"memproxy: {exc.message} (auth.mode is {settings.auth.mode})", file=sys.stderr)
+        return 2
+    print(credential.tenant)
+    print(f"auth.mode {settings.auth.mode}; access log lines show it as tenant={credential.tenant_hash}",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -92,9 +166,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(import_jsonl(load(args), args.tenant, raw))
     except OperatorError as exc:
-        print(f"memproxy: {exc}", file=sys.stderr)
-        return 2
-    print(f"imported {result['imported']}, skipped {result['skipped']}", file=sys.stderr)
+        return _operator_error(args, exc)
+    print(f"imported {result['imported']}, skipped {result['skipped']} into tenant {args.tenant}",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -113,7 +187,11 @@ def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
     imp.add_argument("--tenant", required=True)
     imp.add_argument("file", help="JSON Lines file, or - for stdin")
     imp.set_defaults(func=cmd_import)
-    for command in (reindex, export, imp):
+    tenant = sub.add_parser("tenant", help="the tenant of a token as the server and its log see it; "
+                            "without --token, every tenant with memories")  # fmt: skip
+    tenant.add_argument("--token", help="a bearer token (- reads it from stdin, out of shell history)")
+    tenant.set_defaults(func=cmd_tenant)
+    for command in (reindex, export, imp, tenant):
         command.add_argument("--config", help="path to config.yaml")
 
 

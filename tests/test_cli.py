@@ -8,12 +8,17 @@ import logging
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
+from memproxy.cli import tenant_log_hash
 from memproxy.scope import Scope
+from tests.support.memory_flow import wait_until
+from tests.support.proxy import KEYS, Proxy
+from tests.support.serve_process import write_config
 from tests.support.storage_env import open_store
 
 TENANT = "tenant-ops"
@@ -124,3 +129,69 @@ def test_import_reports_the_bad_line(data_dir: Path, tmp_path: Path) -> None:
     bad.write_text(json.dumps({"text": "fine", "user_id": "x"}) + "\n" + "{oops\n")
     result = run(tmp_path, "import", "--tenant", TENANT, str(bad))
     assert result.returncode == 2 and "line 2" in result.stderr.decode()
+
+
+# --- saying what was found (issue 14 item 6) ----------------------------------------------
+
+
+def test_export_of_an_unknown_tenant_says_so_and_lists_the_known_ones(data_dir: Path, tmp_path: Path) -> None:
+    result = run(tmp_path, "export", "--tenant", "tenant-typo")
+    assert result.returncode == 1 and result.stdout == b""
+    err = result.stderr.decode()
+    assert "exported 0 memories of tenant tenant-typo" in err
+    assert "Known tenants: tenant-ops (35 memories, logged as tenant=" in err
+    assert "tenant-else (1 memories" in err
+    ok = run(tmp_path, "export", "--tenant", TENANT, "--user-id", "nobody")
+    assert (
+        ok.returncode == 0 and "exported 0 memories of tenant tenant-ops user_id=nobody" in ok.stderr.decode()
+    )
+    listed = run(tmp_path, "tenant")
+    assert listed.returncode == 0
+    assert [line.split("\t")[:2] for line in listed.stdout.decode().splitlines()] == [
+        ["tenant-ops", "35 memories"], ["tenant-else", "1 memories"]
+    ]  # fmt: skip
+
+
+def test_read_only_commands_never_create_a_data_dir(tmp_path: Path) -> None:
+    """Run from a folder without config.yaml: say so, create nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMPROXY_")}
+    for command in (["export", "--tenant", "t"], ["tenant"], ["reindex"]):
+        result = subprocess.run([sys.executable, "-m", "memproxy", *command], cwd=tmp_path, env=env,
+                                capture_output=True, timeout=60, check=False)  # fmt: skip
+        err = result.stderr.decode()
+        assert result.returncode == 2, err
+        assert (
+            "no memproxy database at memproxy-data/memproxy.sqlite3" in err and "nothing was created" in err
+        )
+        assert "config: none found" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tenant_of_a_token_matches_the_server_and_its_access_log(
+    proxy: Proxy, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memproxy.access")
+    token = f"sk-cli-{uuid.uuid4().hex[:8]}"
+    with proxy.http(token) as http:
+        response = http.post("/v1/memories", json={"user_id": "u", "text": "Collects stamps"})
+    assert response.status_code == 201
+    rid = response.headers["x-request-id"]
+    write_config(tmp_path / "config.yaml", proxy.settings)
+    result = run(tmp_path, "tenant", "--token", token)
+    assert result.returncode == 0, result.stderr.decode()
+    tenant = result.stdout.decode().strip()
+    logged = wait_until(lambda: [r.getMessage() for r in caplog.records if rid in r.getMessage()])
+    assert f"tenant={tenant_log_hash(tenant)}" in logged[0]
+    assert f"tenant={tenant_log_hash(tenant)}" in result.stderr.decode()
+    from_stdin = run(tmp_path, "tenant", "--token", "-", stdin=token.encode() + b"\n")
+    assert from_stdin.stdout.decode().strip() == tenant
+    exported = run(tmp_path, "export", "--tenant", tenant)  # the printed tenant is the one to use
+    assert [json.loads(line)["text"] for line in exported.stdout.decode().splitlines()] == ["Collects stamps"]
+
+
+def test_tenant_in_keys_mode_refuses_an_unknown_key(keys_proxy: Proxy, tmp_path: Path) -> None:
+    write_config(tmp_path / "config.yaml", keys_proxy.settings)
+    known = run(tmp_path, "tenant", "--token", KEYS[0]["key"])
+    assert known.returncode == 0 and known.stdout.decode().strip() == "alpha"
+    unknown = run(tmp_path, "tenant", "--token", "mp-not-a-configured-key-000")
+    assert unknown.returncode == 2 and "Incorrect API key" in unknown.stderr.decode()

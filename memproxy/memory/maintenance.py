@@ -10,6 +10,9 @@ Invariants:
   also deletes snapshot files of scopes that no longer hold any memory.
 - ``import`` re-embeds every text with the configured embedder (vectors are never part
   of an export), so it calls the embedding provider when that is ``litellm``.
+- Commands that only read (``export``, ``tenants``) and ``reindex`` never create a data
+  dir: with no database at ``storage.data_dir`` they raise ``OperatorError`` naming the
+  path, instead of silently making an empty one and reporting nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memproxy.config import Settings
+from memproxy.db import database_path
 from memproxy.errors import ApiError
 from memproxy.memory.store import MemoryStore, open_store
 from memproxy.memory.transfer import parse_jsonl, to_jsonl
@@ -88,6 +92,7 @@ async def reindex(
         raise OperatorError(
             "--scope must be a scope key: 64 lowercase hex characters (a snapshot file's name)"
         )
+    require_database(settings)
     async with open_store(settings) as store:
         reembedded = await store.reembed_stale()
         scopes = await store.db.run(lambda c: _scopes(c, scope_key))
@@ -118,9 +123,34 @@ async def _remove_orphan_snapshots(store: MemoryStore, live: set[str]) -> int:
     return len(orphans)
 
 
-async def export_jsonl(settings: Settings, tenant: str, user_id: str | None, agent_id: str | None) -> bytes:
+def require_database(settings: Settings) -> None:
+    """Refuse to work on a data dir that holds no memproxy database (see module invariants)."""
+    path = database_path(settings.storage.data_dir)
+    if not path.is_file():
+        raise OperatorError(
+            f"no memproxy database at {path} (storage.data_dir is {settings.storage.data_dir}); "
+            "nothing was created. Point --config, $MEMPROXY_CONFIG or MEMPROXY_STORAGE__DATA_DIR "
+            "at the server's data dir."
+        )
+
+
+async def tenant_counts(settings: Settings) -> list[tuple[str, int]]:
+    """Every tenant with memories, and how many it has (most first)."""
+    require_database(settings)
+    sql = "SELECT tenant, count(*) FROM memories GROUP BY tenant ORDER BY count(*) DESC, tenant"
     async with open_store(settings) as store:
-        return to_jsonl(await store.export(tenant, user_id, agent_id))
+        rows = await store.db.run(lambda c: c.execute(sql).fetchall())
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+async def export_jsonl(
+    settings: Settings, tenant: str, user_id: str | None, agent_id: str | None
+) -> tuple[bytes, int]:
+    """The selected memories as JSON Lines, and how many there are."""
+    require_database(settings)
+    async with open_store(settings) as store:
+        items = await store.export(tenant, user_id, agent_id)
+    return to_jsonl(items), len(items)
 
 
 async def import_jsonl(settings: Settings, tenant: str, raw: bytes) -> dict[str, int]:
