@@ -109,6 +109,15 @@ class RecallSettings(_Section):
     cache_ttl_s: float = Field(default=60.0, ge=0)
 
 
+class MemorySettings(_Section):
+    # Cap on every stored memory's text (all write paths): one fact per memory, well
+    # below the recall budget (recall.max_tokens is ~4 characters per token).
+    max_chars: int = Field(default=300, ge=20, le=16_000)
+    # Embedding cosine at or above which an extracted memory is a near-duplicate of an
+    # existing one and is not added (token overlap is checked too, whatever the embedder).
+    near_duplicate_cosine: float = Field(default=0.95, gt=0, le=1)
+
+
 class ExtractionSettings(_Section):
     model: str = "gpt-4o-mini"
     instructions: str = ""
@@ -135,6 +144,7 @@ class Settings(_Section):
     index: IndexSettings = Field(default_factory=IndexSettings)
     recall: RecallSettings = Field(default_factory=RecallSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> None:

@@ -85,6 +85,17 @@ class Metrics:
         self.extraction_tokens = Counter(
             "memproxy_extraction_tokens", "Tokens spent on extraction calls", ["kind"], registry=r
         )
+        self.memory_refusals = Counter(
+            "memproxy_memory_refusals",
+            "Memory writes refused by a guard (secret, too long, duplicate, ...) by source",
+            ["source", "reason"],
+            registry=r,
+        )
+        self.extraction_empty = Counter(
+            "memproxy_extraction_empty_answers",
+            "Extraction answers with no operation for turns that plainly state facts",
+            registry=r,
+        )
         self.index_scopes = Gauge(
             "memproxy_index_scopes_loaded", "Scopes whose vector index is in memory", registry=r
         )
@@ -133,6 +144,13 @@ class Metrics:
             self.extraction_tokens.labels("prompt").inc(prompt_tokens)
         if completion_tokens:
             self.extraction_tokens.labels("completion").inc(completion_tokens)
+
+    def memory_refused(self, reason: str, source: str) -> None:
+        """A guard refused a memory (``reason`` from ``memory.guards.REASONS``)."""
+        self.memory_refusals.labels(source, reason).inc()
+
+    def extraction_empty_answer(self) -> None:
+        self.extraction_empty.inc()
 
     # -- scrape -----------------------------------------------------------------------------
     def set_state(self, jobs_by_status: Mapping[str, int], loaded_scopes: int, held_vectors: int) -> None:

@@ -110,6 +110,8 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
     try:
         store = build_store(db, settings)
         embedder, index = store.embedder, store.index
+        metrics = metrics or Metrics()
+        store.on_refused = metrics.memory_refused
         return Services(
             settings=settings,
             auth=Authenticator(settings.auth),
@@ -120,7 +122,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             store=store,
             recaller=Recaller(store, embedder, settings.recall, settings.upstream),
             capture=Capture(db, clock=store.clock),
-            metrics=metrics or Metrics(),
+            metrics=metrics,
         )
     except BaseException:
         await db.close()

@@ -8,6 +8,8 @@ Invariants:
   ``not_found()`` (404).
 - The embedder identity in ``meta`` is the current one; rows embedded by another are
   re-embedded by ``reembed_stale`` and meanwhile only found lexically.
+- Every text it stores passes ``guards.check_text`` (no secrets, at most
+  ``memory.max_chars``), whatever the write path; a refusal is reported to ``on_refused``.
 - Forgetting a scope deletes its rows, its index and snapshot files, then checkpoints
   the WAL (TRUNCATE) so no copy of the text survives in the ``-wal`` file.
 
@@ -34,6 +36,7 @@ from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import candidate_count, candidate_pool, combine, cosine, term_coverage
 from memproxy.memory import rows
+from memproxy.memory.guards import MemoryRefused, RefusalHook, check_text
 from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
 from memproxy.scope import Scope
 from memproxy.times import parse_time
@@ -72,12 +75,30 @@ def _set_meta(conn: sqlite3.Connection, values: dict[str, str]) -> dict[str, str
 
 class MemoryStore:
     def __init__(
-        self, db: Database, embedder: Embedder, index: IndexManager, clock: Callable[[], float] = time.time
+        self,
+        db: Database,
+        embedder: Embedder,
+        index: IndexManager,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_chars: int = 300,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.index = index
         self.clock = clock
+        self.max_chars = max_chars
+        # Told (reason, source) of every refused text; wired to metrics by ``services``.
+        self.on_refused: RefusalHook | None = None
+
+    def guard(self, text: str, source: str) -> None:
+        """``guards.check_text`` with the refusal counted (raises ``MemoryRefused``)."""
+        try:
+            check_text(text, self.max_chars)
+        except MemoryRefused as exc:
+            if self.on_refused is not None:
+                self.on_refused(exc.reason, source)
+            raise
 
     async def start(self) -> int:
         """Record the embedder identity; return how many memories need re-embedding."""
@@ -108,6 +129,7 @@ class MemoryStore:
     ) -> Memory:
         """Store one memory; raises ``DuplicateMemory`` (409) for an identical text."""
         text = _check_text(text)
+        self.guard(text, source)
         metadata = _check_metadata(metadata)
         vector = await self._embed_one(text)
         identity, now = self.embedder.identity, self.clock()
@@ -157,6 +179,8 @@ class MemoryStore:
     ) -> Memory:
         """PATCH: a new text is re-embedded; history records old and new text."""
         text = None if text is None else _check_text(text)
+        if text is not None:
+            self.guard(text, source)
         metadata = _check_metadata(metadata)
         vector = None if text is None else await self._embed_one(text)
         identity, now = self.embedder.identity, self.clock()
@@ -217,6 +241,12 @@ class MemoryStore:
             _check_metadata(item.get("metadata"))
             if item.get("source", "manual") not in rows.SOURCES:
                 raise ApiError(400, f"line {n + 1}: source must be extracted or manual", param="source")
+            try:
+                self.guard(item["text"], str(item.get("source", "manual")))
+            except MemoryRefused as exc:
+                raise ApiError(
+                    400, f"line {n + 1}: {exc.message}", param=f"line {n + 1}", code=exc.code
+                ) from None
         vectors = await self.embedder.embed([item["text"] for item in items]) if items else None
         identity, now = self.embedder.identity, self.clock()
 
@@ -320,7 +350,7 @@ def build_store(db: Database, settings: Settings) -> MemoryStore:
     """The store as configured: the same embedder and index layout the server uses."""
     embedder = make_embedder(settings.embedding, settings.upstream)
     index = IndexManager(db, settings.storage.data_dir, embedder, settings.index)
-    return MemoryStore(db, embedder, index)
+    return MemoryStore(db, embedder, index, max_chars=settings.memory.max_chars)
 
 
 @asynccontextmanager

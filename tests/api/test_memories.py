@@ -609,3 +609,35 @@ def test_restart_restores_search_from_snapshots_and_rebuilds_a_corrupt_one(
         server.stop()
     assert "unusable snapshot" in caplog.text and caplog.text.count("rebuilt index") == 1
     assert damaged.read_bytes() != bytes(data)  # rewritten with a sound snapshot
+
+
+# --- guards on manual writes --------------------------------------------------------------
+
+
+def _refusals(proxy: Proxy, reason: str) -> float:
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    line = f'memproxy_memory_refusals_total{{reason="{reason}",source="manual"}}'
+    return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+
+def test_secrets_and_over_long_texts_are_refused_on_every_manual_write_path(
+    proxy: Proxy, http: httpx.Client
+) -> None:
+    user = uid()
+    before = _refusals(proxy, "secret")
+    error = assert_error(
+        http.post("/v1/memories", json={"user_id": user, "text": "My bank PIN is 4921"}), 400, "text"
+    )
+    assert error["code"] == "secret_refused" and "4921" not in error["message"]
+    kept = add(http, "Banks with a local credit union", user_id=user)
+    patched = http.patch(
+        f"/v1/memories/{kept['id']}", json={"text": "API key sk-proj-abcdefghijklmnopqrstuvwx1234"}
+    )
+    assert assert_error(patched, 400, "text")["code"] == "secret_refused"
+    line = json.dumps({"text": "Card 4111 1111 1111 1111", "user_id": user})
+    imported = assert_error(http.post("/v1/memories/import", content=line.encode()), 400, "line 1")
+    assert imported["code"] == "secret_refused"
+    too_long = http.post("/v1/memories", json={"user_id": user, "text": "a fact " * 60})
+    assert assert_error(too_long, 400, "text")["code"] == "memory_too_long"
+    assert [m["text"] for m in list_all(http, user_id=user)] == ["Banks with a local credit union"]
+    assert _refusals(proxy, "secret") == before + 3

@@ -216,7 +216,7 @@ def test_forget_leaves_no_trace_under_the_data_dir(tmp_path: Path) -> None:
                 await store.add(other, text)
             memory = await store.add(ALICE, f"The vault code is {marker}")
             await store.update("tenant-a", memory.id, text=f"The vault code is still {marker}")
-            await store.add(ALICE, f"{marker} is also the wifi password")
+            await store.add(ALICE, f"{marker} is also the name of the wifi network")
             await store.db.run(lambda c: _add_message_and_job(c, ALICE, marker))
             assert await store.search(ALICE, marker) and await store.search(other, "peanuts")
             assert await store.index.snapshot_dirty() == 2
