@@ -134,7 +134,7 @@ def test_injected_after_the_callers_system_messages(
 def test_budget_is_never_exceeded_and_memories_are_whole(proxy: Proxy, fake: ScriptedUpstream) -> None:
     user = uid()
     texts = [
-        f"Memory {n} about hiking: " + " ".join(f"trail{n}x{w} mountain view" for w in range(25))
+        f"Memory {n} about hiking: " + " ".join(f"trail{n}x{w} mountain view" for w in range(10))
         for n in range(12)
     ]
     for text in texts:
