@@ -32,7 +32,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
     # process with -SIGTERM; a clean, graceful shutdown should exit 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    return serve(create_app(settings), settings)
+    if not args.offline:
+        return serve(create_app(settings), settings)
+    from memproxy.offline import offline_upstream
+
+    with offline_upstream(settings):
+        return serve(create_app(settings), settings)
+
+
+def cmd_fake_upstream(args: argparse.Namespace) -> int:
+    from memproxy.api.access_log import configure_logging
+    from memproxy.config import ServerSettings
+    from memproxy.offline import run_fake_upstream
+
+    configure_logging(ServerSettings())
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    return run_fake_upstream(args.host, args.port)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -204,7 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="path to config.yaml")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--offline", action="store_true",
+                       help="no provider key needed: model calls go to the bundled scripted stand-in")  # fmt: skip
     serve.set_defaults(func=cmd_serve)
+    fake = sub.add_parser("fake-upstream", help="run the scripted OpenAI-compatible stand-in for a provider")
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=9999)
+    fake.set_defaults(func=cmd_fake_upstream)
     demo = sub.add_parser("demo", help="offline demo: a memory captured in one chat, recalled in the next")
     demo.set_defaults(func=cmd_demo)
     worker = sub.add_parser("worker", help="run only the extraction worker (same data dir as serve)")

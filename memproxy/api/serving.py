@@ -139,17 +139,24 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
 
 class AnnouncingServer(uvicorn.Server):
     """uvicorn's server, saying where it listens in memproxy's log format (uvicorn's own
-    start-up lines are below the ``warning`` level memproxy runs it at)."""
+    start-up lines are below the ``warning`` level memproxy runs it at).
+
+    ``announce`` is a format with ``{url}`` (``http://host:port``) for the line.
+    """
+
+    def __init__(self, config: uvicorn.Config, announce: str = "memproxy listening on {url}") -> None:
+        super().__init__(config)
+        self.announce = announce
 
     def _log_started_message(self, listeners: Sequence[socket.SocketType]) -> None:
         for sock in listeners:
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in str(host) else str(host)
-            log.warning("memproxy listening on http://%s:%d (Ctrl-C to stop)", shown, port)
+            log.warning(self.announce.format(url=f"http://{shown}:{port}") + " (Ctrl-C to stop)")
 
 
-def serve(app: Any, settings: Settings) -> int:
+def serve(app: Any, settings: Settings, announce: str = "memproxy listening on {url}") -> int:
     """Serve ``app`` until SIGTERM/SIGINT; 0 after a clean shutdown, 3 if it never started."""
-    server = AnnouncingServer(uvicorn.Config(app, **uvicorn_options(settings)))
+    server = AnnouncingServer(uvicorn.Config(app, **uvicorn_options(settings)), announce)
     server.run()
     return 0 if server.started else 3

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -23,7 +24,7 @@ import yaml
 from memproxy.config import Settings
 from tests.support.memory_flow import wait_until
 
-Command = Literal["serve", "worker"]
+Command = Literal["serve", "worker", "fake-upstream"]
 
 
 def write_config(path: Path, settings: Settings | dict[str, Any]) -> Path:
@@ -34,15 +35,26 @@ def write_config(path: Path, settings: Settings | dict[str, Any]) -> Path:
 
 
 class ServeProcess:
-    def __init__(self, command: Command, config: Path, log: Path) -> None:
+    def __init__(
+        self,
+        command: Command,
+        config: Path | None,
+        log: Path,
+        *,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``args`` follow the command; ``env`` replaces the environment (the cost-map pin is kept)."""
         self.command = command
         self.log = log
         self._log_file = log.open("ab")
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # no network fetch at import
+        env = {**(os.environ if env is None else env), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        argv = [sys.executable, "-m", "memproxy", command, *args]
+        if config is not None:
+            argv += ["--config", str(config)]
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "memproxy", command, "--config", str(config)],
-                stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
+                argv, stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         except BaseException:
             self._log_file.close()
