@@ -337,7 +337,9 @@ def list_memories(http: httpx.Client, scope: ScopeRef) -> list[str]:
     texts: list[str] = []
     cursor: str | None = None
     while True:
-        params = {"user_id": scope.user_id, "limit": 100, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"user_id": scope.user_id, "limit": 100}
+        if cursor:
+            params["cursor"] = cursor
         r = http.get("/v1/memories", params=params, headers={"Authorization": f"Bearer {KEYS[scope.tenant]}"})
         r.raise_for_status()
         page = r.json()

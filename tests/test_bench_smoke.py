@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses: see README "Tests"
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "overhead.py"
 ROWS = {"direct", "litellm", "memproxy_off", "memproxy_on"}
 MODES = {"non_stream", "stream_ttfc"}

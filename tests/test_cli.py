@@ -21,6 +21,8 @@ from tests.support.proxy import KEYS, Proxy
 from tests.support.serve_process import write_config
 from tests.support.storage_env import open_store
 
+pytestmark = pytest.mark.slow  # subprocesses: see README "Tests"
+
 TENANT = "tenant-ops"
 ALICE = Scope(TENANT, "alice", "")
 BOB = Scope(TENANT, "bob", "helper")

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses: see README "Tests"
+
 
 def test_demo_captures_then_recalls_both_facts(tmp_path: Path) -> None:
     # No provider key and an empty working dir: the demo must need neither.

@@ -23,6 +23,8 @@ from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import wait_until
 from tests.support.serve_process import ServeProcess, write_config
 
+pytestmark = pytest.mark.slow  # subprocesses: see README "Tests"
+
 TOKEN = "sk-shutdown-test"
 
 

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from memproxy.auth import passthrough_tenant
 from memproxy.scope import Scope
 from memproxy.testing.background_server import free_port
 from tests.support.serve_process import ServeProcess, write_config
 from tests.support.storage_env import open_store
+
+pytestmark = pytest.mark.slow  # subprocesses: see README "Tests"
 
 TOKEN = "sk-crash-test"
 USER = "crash-user"

@@ -173,6 +173,7 @@ def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(
 # --- separate processes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_while_leased_then_restart_completes_exactly_once(
     upstream: tuple[ScriptedUpstream, str], tmp_path: Path
 ) -> None:
@@ -205,6 +206,7 @@ def test_sigkill_while_leased_then_restart_completes_exactly_once(
         assert server.stop() == 0
 
 
+@pytest.mark.slow
 def test_separate_worker_process_drains_jobs_while_serve_runs_without_one(
     upstream: tuple[ScriptedUpstream, str], tmp_path: Path
 ) -> None:

@@ -29,7 +29,7 @@ class Turn:
 
     @property
     def job_id(self) -> str:
-        return self.headers.get("x-memproxy-capture", "")
+        return str(self.headers.get("x-memproxy-capture", ""))
 
 
 def unique(prefix: str) -> str:
@@ -38,7 +38,7 @@ def unique(prefix: str) -> str:
 
 def chat(
     base_url: str,
-    messages: list[dict[str, Any]],
+    messages: list[Any],
     *,
     user: str | None,
     session: str | None = None,
@@ -69,7 +69,7 @@ def chat(
     return Turn(response.status_code, response.headers, "".join(pieces), None)
 
 
-def say(proxy: Proxy, text: str, *, user: str, session: str | None = None, **kw: Any) -> Turn:
+def say(proxy: Proxy, text: str, *, user: str | None, session: str | None = None, **kw: Any) -> Turn:
     return chat(proxy.url, [{"role": "user", "content": text}], user=user, session=session, **kw)
 
 
@@ -87,7 +87,7 @@ def captured(data_dir: Path, job_id: str) -> list[dict[str, Any]]:
     return [json.loads(r[0]) for r in rows]
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 15.0, interval: float = 0.05) -> T:
+def wait_until(predicate: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.05) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
