@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -22,6 +23,11 @@ def load(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's stack to stderr: how to see where a process hangs."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from memproxy.api.access_log import configure_logging
     from memproxy.api.app import create_app
@@ -29,6 +35,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = load(args)
     configure_logging(settings.server)
+    dump_stacks_on_sigusr1()
     # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
     # process with -SIGTERM; a clean, graceful shutdown should exit 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -59,6 +66,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     settings = load(args)
     configure_logging(settings.server)
+    dump_stacks_on_sigusr1()
     asyncio.run(run_worker_process(settings))
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -94,13 +95,18 @@ class Services:
         self.metrics.set_state(jobs, self.index.loaded_scopes(), self.index.held_vectors())
 
     async def close(self) -> None:
+        # Each phase is logged with its duration: a shutdown that is slow says where.
+        started = time.perf_counter()
         self.ready = False
         await self.stop_tasks()
+        log.info("shutdown: background tasks stopped (%.2fs)", time.perf_counter() - started)
         await self.recaller.close()
         try:
-            await self.index.snapshot_dirty()
+            written = await self.index.snapshot_dirty()
+            log.info("shutdown: %d index snapshot(s) written (%.2fs)", written, time.perf_counter() - started)
         finally:
             await self.db.close()
+            log.info("shutdown: database closed (%.2fs)", time.perf_counter() - started)
 
 
 async def open_services(settings: Settings, metrics: Metrics | None = None) -> Services:

@@ -211,7 +211,9 @@ class Extractor:
             "messages": build_messages(data, self.settings.instructions),
             "response_format": {"type": "json_object"},
         }
-        response = await asyncio.wait_for(self.upstream.chat(body, self._credential), self.settings.timeout_s)
+        # Not ``wait_for``: on Python 3.11 it can swallow a cancel (see ``Worker._idle``).
+        async with asyncio.timeout(self.settings.timeout_s):
+            response = await self.upstream.chat(body, self._credential)
         prompt, completion = _usage(response)
         choices = getattr(response, "choices", None) or []
         raw = getattr(getattr(choices[0], "message", None), "content", None) if choices else None

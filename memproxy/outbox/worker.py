@@ -136,8 +136,11 @@ class Worker:
                 await self._idle()
 
     async def _idle(self) -> None:
+        # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` swallows a
+        # cancel that arrives as the wake-up completes, and the worker never stopped.
         try:
-            await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_s)
+            async with asyncio.timeout(self.settings.poll_interval_s):
+                await self._wake.wait()
         except TimeoutError:
             pass
         self._wake.clear()

@@ -200,7 +200,8 @@ class Recaller:
         loop = asyncio.get_running_loop()
         timeout = self.settings.timeout_ms / 1000
         deadline = loop.time() + timeout
-        vector = await asyncio.wait_for(self.embeddings.embed_query(query), timeout)
+        async with asyncio.timeout(timeout):  # not ``wait_for``, which can swallow a cancel on 3.11
+            vector = await self.embeddings.embed_query(query)
         search = self.store.search(
             request_scope.scope, query, self.settings.top_k, self.settings.min_score, query_vector=vector
         )

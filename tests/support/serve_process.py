@@ -93,7 +93,19 @@ class ServeProcess:
             self.process.send_signal(sig)
 
     def wait(self, timeout: float = 30) -> int:
-        return self.process.wait(timeout)
+        """The exit code; if the process is still running after ``timeout``, fail with every
+        thread's stack (``memproxy`` dumps them on SIGUSR1) and the log, so a hang says where."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.send_signal(signal.SIGUSR1)
+            try:
+                self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                pass
+            raise AssertionError(
+                f"memproxy {self.command} still running {timeout}s later; stacks and log:\n{self.log_text()}"
+            ) from None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         """Send ``sig`` (if the process still runs) and return its exit code."""
