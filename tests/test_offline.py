@@ -49,7 +49,7 @@ def _remember_then_recall(url: str) -> None:
                              headers={"Authorization": "Bearer anything"}, timeout=10)  # fmt: skip
         return [m["text"] for m in response.json()["data"]]
 
-    assert sorted(wait_until(lambda: len(stored()) == 2 and stored(), timeout=60)) == [
+    assert sorted(wait_until(lambda: texts if len(texts := stored()) == 2 else None, timeout=60)) == [
         "User lives in Lisbon", "User's name is Ana"
     ]  # fmt: skip
     stream = client.chat.completions.create(

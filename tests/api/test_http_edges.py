@@ -4,6 +4,7 @@ PATCH history."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import httpx
 import openai
@@ -25,7 +26,7 @@ def test_models_retrieve_is_proxied(proxy: Proxy) -> None:
 
 
 def test_a_trailing_slash_is_served_not_redirected(proxy: Proxy) -> None:
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "slash?"}]}
+    body: dict[str, Any] = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "slash?"}]}
     with proxy.http() as http:
         chat = http.post("/v1/chat/completions/", json=body)
         assert chat.status_code == 200, chat.text

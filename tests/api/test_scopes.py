@@ -141,7 +141,9 @@ def test_jobs_filter_by_scope_and_page(proxy: Proxy, http: httpx.Client, token: 
     got: list[str] = []
     cursor = None
     for _ in range(5):
-        params = {"user_id": user, "agent_id": "", "limit": 2, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"user_id": user, "agent_id": "", "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
         body = http.get("/v1/jobs", params=params).json()
         got += [j["id"] for j in body["data"]]
         cursor = body["next_cursor"]
