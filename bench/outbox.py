@@ -42,6 +42,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import aiohttp
 import processes
+from stats import percentiles_ms
 
 TOKEN = "sk-bench-outbox"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -62,11 +63,6 @@ def serving(settings: dict[str, Any], work: Path, name: str) -> Iterator[str]:
     """``memproxy serve`` on ``settings`` until the block exits; yields its base URL."""
     with processes.running([processes.memproxy_child("serve", settings, work, name)]):
         yield f"http://127.0.0.1:{settings['server']['port']}"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
 async def chat(session: aiohttp.ClientSession, url: str, text: str, user: str, *, stream: bool = False,
@@ -94,7 +90,9 @@ async def capture_overhead(url: str, requests: int) -> dict[str, Any]:
                 stream, capture = key.startswith("stream"), key.endswith("on")
                 samples[key].append(await chat(session, url, f"I like item {i}", f"oh-{i % 50}",
                                                stream=stream, capture=capture))  # fmt: skip
-    p50 = {key: pct(values, 0.5) for key, values in samples.items()}
+    p50 = {
+        key: percentiles_ms([v / 1000 for v in values], (50,))["p50_ms"] for key, values in samples.items()
+    }
     return {
         "requests_per_row": requests,
         "p50_ms": p50,
@@ -126,7 +124,7 @@ async def commit_cost(work: Path, turns: int) -> dict[str, Any]:
             waits.append((time.perf_counter() - started) * 1000)
     finally:
         await db.close()
-    return {"turns": turns, "p50_ms": pct(waits, 0.5), "p95_ms": pct(waits, 0.95)}
+    return {"turns": turns, **percentiles_ms([w / 1000 for w in waits], (50, 95))}
 
 
 async def captured_turns(url: str, turns: int, concurrency: int) -> dict[str, Any]:
@@ -193,7 +191,7 @@ async def freshness(url: str, turns: int) -> dict[str, Any]:
                     raise TimeoutError(f"memory of turn {i} not searchable after 30 s")
                 await asyncio.sleep(0.005)
             waits.append((time.perf_counter() - captured) * 1000)
-    return {"turns": turns, "p50_ms": pct(waits, 0.5), "p95_ms": pct(waits, 0.95), "max_ms": round(max(waits), 3),
+    return {"turns": turns, **percentiles_ms([w / 1000 for w in waits], (50, 95)), "max_ms": round(max(waits), 3),
             "mean_ms": round(statistics.fmean(waits), 3)}  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stats import percentiles_ms
 
 from memproxy.config import IndexSettings
 from memproxy.db import Database
@@ -87,14 +88,6 @@ def rss_bytes() -> int:
     return 0
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples) * 1000
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(ms, 99)), 3),
-    }
-
-
 async def timed_searches(store: MemoryStore, queries: list[str], embed: bool) -> dict[str, float]:
     vectors = store.embedder.embed_sync(queries) if isinstance(store.embedder, HashEmbedder) else None
     for query in queries[:20]:  # warm up
@@ -107,7 +100,7 @@ async def timed_searches(store: MemoryStore, queries: list[str], embed: bool) ->
         else:
             await store.search(SCOPE, query, top_k=8, query_vector=vectors[i])
         samples.append(time.perf_counter() - start)
-    return percentiles(samples)
+    return percentiles_ms(samples, (50, 99))
 
 
 async def timed_load(index: IndexManager) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -23,16 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import overhead  # the same seeding and messages as the end-to-end bench
+from stats import percentiles_ms
 
 from memproxy.config import settings_from_dict
 from memproxy.scope import RequestScope, Scope
 from memproxy.services import open_services
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    cuts = statistics.quantiles(samples, n=100)
-    return {"p50_ms": round(statistics.median(samples) * 1000, 3), "p95_ms": round(cuts[94] * 1000, 3),
-            "p99_ms": round(cuts[98] * 1000, 3)}  # fmt: skip
 
 
 async def run(memories: int, requests: int) -> dict[str, object]:
@@ -55,7 +49,12 @@ async def run(memories: int, requests: int) -> dict[str, object]:
             assert error is None, error
     finally:
         await services.close()
-    return {"memories": memories, "requests": requests, "recalled": recalled, "prepare": percentiles(samples)}
+    return {
+        "memories": memories,
+        "requests": requests,
+        "recalled": recalled,
+        "prepare": percentiles_ms(samples),
+    }
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 import processes
+from stats import percentiles_ms
 
 KEYS = {"alpha": "soak-key-alpha-0000000001", "beta": "soak-key-beta-00000000002"}
 MARKER = re.compile(r"\bmk[0-9a-f]{8}\b")
@@ -373,15 +374,11 @@ def check_isolation(url: str, scopes: list[ScopeRef], tally: Tally) -> dict[str,
     return {"scopes_checked": len(scopes), "memories_held": held, "leaks": len(tally.leaks)}
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
+def latency_summary(seconds: list[float]) -> dict[str, float]:
+    if not seconds:
         return {}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
-
-    return {"n": len(ordered), "p50_ms": at(0.5), "p95_ms": at(0.95), "p99_ms": at(0.99), "max_ms": at(1.0)}
+    return {"n": len(seconds), **percentiles_ms(seconds, (50, 95, 99), digits=1),
+            "max_ms": round(max(seconds) * 1000, 1)}  # fmt: skip
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> int | None:
@@ -435,7 +432,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "requests": total,
         "requests_per_s": round(total / load["elapsed_s"], 1),
         "outcomes": dict(sorted(tally.outcomes.items())),
-        "latency": {name: percentiles(values) for name, values in sorted(tally.latencies.items())},
+        "latency": {name: latency_summary(values) for name, values in sorted(tally.latencies.items())},
         "recalled_requests": tally.recalled_requests,
         "captures": captures,
         "drain_s": round(drain_s, 2),
