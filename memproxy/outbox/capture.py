@@ -23,7 +23,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memproxy.db import Database
 from memproxy.headers import CAPTURE_RESULT
@@ -137,12 +137,18 @@ class Capture:
         self.on_enqueued: Callable[[], None] | None = None
         self.on_failure: Callable[[], None] | None = None
 
-    def plan(self, request_scope: RequestScope, body: dict[str, Any]) -> PlannedCapture | None:
-        """None when this request captures nothing (memory off or ``X-Memproxy-Capture: off``)."""
+    def plan(
+        self, request_scope: RequestScope, body: dict[str, Any], inputs: list[dict[str, Any]] | None = None
+    ) -> PlannedCapture | None:
+        """None when this request captures nothing (memory off or ``X-Memproxy-Capture: off``).
+
+        ``inputs``: the turn's new input already in chat shape (other API surfaces work it
+        out themselves); by default it is taken from a chat body's ``messages``."""
         if not request_scope.memory_on or not request_scope.capture:
             return None
-        messages = body.get("messages")
-        inputs = new_input(messages if isinstance(messages, list) else [])
+        if inputs is None:
+            messages = body.get("messages")
+            inputs = new_input(messages if isinstance(messages, list) else [])
         return PlannedCapture(outbox.new_job_id(), request_scope.scope, request_scope.session_id, inputs)
 
     async def commit(self, plan: PlannedCapture, reply: dict[str, Any] | None) -> str:
@@ -188,13 +194,26 @@ async def enqueue_turn(
     await db.run(write)
 
 
+class Accumulator(Protocol):
+    """Rebuilds a streamed reply from relayed events (one per API surface)."""
+
+    def feed(self, event: dict[str, Any]) -> None: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    def message(self) -> dict[str, Any] | None: ...
+
+
 class StreamCapture:
     """Feeds relayed chunks to an accumulator; commits when the upstream stream finished."""
 
-    def __init__(self, capture: Capture, plan: PlannedCapture) -> None:
+    def __init__(
+        self, capture: Capture, plan: PlannedCapture, accumulator: Accumulator | None = None
+    ) -> None:
         self.capture = capture
         self.plan = plan
-        self.accumulator = StreamAccumulator()
+        self.accumulator: Accumulator = accumulator or StreamAccumulator()
 
     def feed(self, chunk: dict[str, Any]) -> None:
         self.accumulator.feed(chunk)
@@ -202,6 +221,6 @@ class StreamCapture:
     async def finish(self) -> str:
         """Called once the upstream stream ended without error (before ``[DONE]`` is sent)."""
         if not self.accumulator.complete:
-            self.capture.not_captured(self.plan, "stream ended without a finish_reason")
+            self.capture.not_captured(self.plan, "stream ended without a finish reason")
             return OFF
         return await self.capture.commit(self.plan, self.accumulator.message())
