@@ -11,6 +11,10 @@ concurrent tests do not step on each other:
 - ``tools``: answers with a tool call
 - anything else: a deterministic text answer (``reply_for``)
 
+The same behaviours answer OpenAI's Responses API (``scripted_responses``: ``/v1/responses``,
+typed SSE events, stored answers for ``GET``/``DELETE``) and Anthropic's Messages API
+(``scripted_anthropic``: ``/v1/messages``, the shape LiteLLM's native Anthropic route sends).
+
 Extraction calls (recognised by ``EXTRACTOR_MARKER`` in a system message) are answered
 from ``canned`` first, then by ``extractor`` if one is set, else by the rule-based
 ``scripted_extractor.rule_extractor``. Every request is recorded.
@@ -42,6 +46,7 @@ from memproxy.testing.scripted_extractor import rule_extractor
 
 MEMORY_MARKER = "<memories>"
 EMBED_DIM = 64
+TOOL_ARGUMENTS = json.dumps({"query": "weather in Paris"})
 
 
 @dataclass
@@ -61,6 +66,11 @@ class ScriptedUpstream:
     extractor: Callable[[dict[str, Any]], str | Awaitable[str]] | None = None
     cancelled_streams: int = 0
     completed_streams: int = 0
+    # Responses API answers by id (``previous_response_id``, GET, DELETE).
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def requests_to(self, suffix: str) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith(suffix)]
 
     def chat_requests(self, *, extraction: bool | None = None) -> list[Recorded]:
         out = [r for r in self.requests if r.path.endswith("/chat/completions")]
@@ -86,8 +96,56 @@ class ScriptedUpstream:
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/responses/{id}", self._stored_response, methods=["GET", "DELETE"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
             ]
         )
+
+    async def _responses(self, request: Request) -> Response:
+        from memproxy.testing import scripted_responses as responses  # imports this module
+
+        body = await self._record(request)
+        model = str(body.get("model", ""))
+        if (failure := _failure(model)) is not None:
+            return failure
+        if "hang" in model:
+            await _hang(request)
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in self.stored:
+            return _not_found(f"Previous response with id '{previous}' not found.")
+        answer = responses.response_object(body, responses.output_items(body, model))
+        if body.get("store", True):
+            self.stored[answer["id"]] = answer
+        if body.get("stream"):
+            events = responses.stream_events(answer)
+            return StreamingResponse(typed_sse(events, model, self), media_type="text/event-stream")
+        return JSONResponse(answer)
+
+    async def _stored_response(self, request: Request) -> Response:
+        self.requests.append(Recorded(request.url.path, dict(request.headers), {}))
+        response_id = request.path_params["id"]
+        if response_id not in self.stored:
+            return _not_found(f"Response with id '{response_id}' not found.")
+        if request.method == "DELETE":
+            del self.stored[response_id]
+            return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+        return JSONResponse(self.stored[response_id])
+
+    async def _messages(self, request: Request) -> Response:
+        from memproxy.testing import scripted_anthropic as anthropic  # imports this module
+
+        body = await self._record(request)
+        model = str(body.get("model", ""))
+        if (failure := anthropic.failure(model)) is not None:
+            return failure
+        if "hang" in model:
+            await _hang(request)
+        answer = anthropic.message_object(body)
+        if body.get("stream"):
+            events = anthropic.stream_events(answer)
+            return StreamingResponse(typed_sse(events, model, self), media_type="text/event-stream")
+        return JSONResponse(answer)
 
     async def _record(self, request: Request) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(await request.body() or b"{}")
@@ -170,6 +228,29 @@ class ScriptedUpstream:
             raise
 
 
+async def typed_sse(
+    events: list[dict[str, Any]], model: str, counter: ScriptedUpstream
+) -> AsyncIterator[bytes]:
+    """``event: <type>`` / ``data: {json}`` pairs (Responses and Anthropic streams);
+    ``drop`` cuts the connection after two events, ``slow`` waits 50 ms between them."""
+    try:
+        for i, event in enumerate(events):
+            if "drop" in model and i == 2:
+                raise ConnectionAbortedError("scripted drop")
+            if "slow" in model and i:
+                await asyncio.sleep(0.05)
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+        counter.completed_streams += 1
+    except (asyncio.CancelledError, GeneratorExit):
+        counter.cancelled_streams += 1
+        raise
+
+
+def _not_found(message: str) -> Response:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": "not_found"}
+    return JSONResponse({"error": error}, status_code=404)
+
+
 async def _hang(request: Request) -> None:
     """Never answer, but notice the caller giving up, so shutting down does not wait on us."""
     for _ in range(72_000):  # an hour in 50 ms steps
@@ -244,7 +325,7 @@ def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "id": "call_scripted_1",
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps({"query": "weather in Paris"})},
+            "function": {"name": name, "arguments": TOOL_ARGUMENTS},
         }
     ]
 
