@@ -74,3 +74,29 @@ class ApiError(Exception):
 def not_found(what: str = "memory") -> ApiError:
     """The one answer for "does not exist" and "belongs to another tenant"."""
     return ApiError(404, f"No such {what}", code="not_found")
+
+
+# Anthropic's error types (https://docs.anthropic.com/en/api/errors), by status.
+_ANTHROPIC_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_ANTHROPIC_TYPES = frozenset({*_ANTHROPIC_TYPE_BY_STATUS.values(), "api_error"})
+
+
+def anthropic_error_body(error: ApiError) -> dict[str, Any]:
+    """``error`` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = error.type if error.type in _ANTHROPIC_TYPES else None
+    kind = (
+        kind
+        or _ANTHROPIC_TYPE_BY_STATUS.get(error.status)
+        or ("api_error" if error.status >= 500 else "invalid_request_error")
+    )
+    return {"type": "error", "error": {"type": kind, "message": error.message}}

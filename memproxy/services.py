@@ -31,6 +31,7 @@ from memproxy.outbox.extractor import Extractor
 from memproxy.outbox.worker import Worker
 from memproxy.proxy.recall import Recaller
 from memproxy.upstream import Upstream
+from memproxy.upstream_surfaces import SurfaceUpstream
 
 log = logging.getLogger("memproxy.services")
 
@@ -46,6 +47,8 @@ class Services:
     store: MemoryStore
     recaller: Recaller
     capture: Capture
+    # The Responses and Anthropic Messages APIs' provider calls (routed like ``upstream``).
+    surfaces: SurfaceUpstream
     metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # The in-process extraction worker (None when ``extraction.worker_enabled`` is false).
@@ -118,16 +121,18 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         embedder, index = store.embedder, store.index
         metrics = metrics or Metrics()
         store.on_refused = metrics.memory_refused
+        upstream = Upstream(settings.upstream)
         return Services(
             settings=settings,
             auth=Authenticator(settings.auth),
-            upstream=Upstream(settings.upstream),
+            upstream=upstream,
             db=db,
             embedder=embedder,
             index=index,
             store=store,
             recaller=Recaller(store, embedder, settings.recall, settings.upstream),
             capture=Capture(db, clock=store.clock),
+            surfaces=SurfaceUpstream(upstream),
             metrics=metrics,
         )
     except BaseException:

@@ -15,13 +15,14 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy.api import chat, openai_routes, ops
+from memproxy.api import chat, messages, openai_routes, ops, responses
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import AccessLogMiddleware
+from memproxy.api.messages import is_anthropic_route
 from memproxy.config import Settings
-from memproxy.errors import ApiError, error_body
+from memproxy.errors import ApiError, anthropic_error_body
 from memproxy.headers import REQUEST_ID
 from memproxy.metrics import Metrics
 from memproxy.services import open_services, reembed_in_background, snapshot_periodically, start_worker
@@ -78,13 +79,15 @@ class TrailingSlashMiddleware:
         await self.app(scope, receive, send)
 
 
-def _error_response(exc: ApiError) -> Response:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def _error_response(request: Request, exc: ApiError) -> Response:
+    # Anthropic's SDK reads errors in Anthropic's shape; every other route speaks OpenAI's.
+    body = anthropic_error_body(exc) if is_anthropic_route(request.url.path) else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return _error_response(exc)
+    return _error_response(request, exc)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:
@@ -92,9 +95,10 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     first = exc.errors()[0] if exc.errors() else {}
     param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
     return _error_response(
+        request,
         ApiError(
             400, f"Invalid request: {first.get('msg', 'bad input')}", param=param, code="invalid_request"
-        )
+        ),
     )
 
 
@@ -104,12 +108,12 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     message = exc.detail if isinstance(exc.detail, str) else "Request failed"
     if status == 404:
         message = f"Unknown route: {request.method} {request.url.path}"
-    return JSONResponse(error_body(message, status=status), status_code=status)
+    return _error_response(request, ApiError(status, message))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
-    return JSONResponse(error_body("Internal server error", status=500), status_code=500)
+    return _error_response(request, ApiError(500, "Internal server error"))
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -141,6 +145,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(chat.router)
+    app.include_router(responses.router)
+    app.include_router(messages.router)
     app.include_router(openai_routes.router)
     app.include_router(memories_api.router)
     app.include_router(jobs_api.router)

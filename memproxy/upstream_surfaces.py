@@ -1,0 +1,129 @@
+"""Provider calls for the API surfaces besides chat: OpenAI's Responses API and Anthropic's
+Messages API, both through LiteLLM (so either reaches any provider LiteLLM translates to).
+
+Invariants (as ``upstream`` for chat):
+- Routing (model aliases, ``upstream.api_base``, which key) is ``Upstream.route``'s.
+- Fields of the API LiteLLM knows go as keyword arguments; on the Responses API every other
+  field travels in ``extra_body``. Nothing in a request body can set LiteLLM's own options
+  (``api_base``, ``api_key``, ``mock_response`` …). LiteLLM's Messages interface has no
+  ``extra_body``: fields outside ``ANTHROPIC_PARAMS`` are not forwarded.
+- Every failure comes out as ``ApiError`` with the provider's status and message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memproxy.auth import Credential
+from memproxy.errors import ApiError
+from memproxy.upstream import Upstream, import_litellm, to_api_error
+
+# The request fields of ``litellm.responses`` (OpenAI's Responses API parameters).
+RESPONSES_PARAMS = frozenset(
+    {
+        "input", "include", "instructions", "max_output_tokens", "prompt", "metadata",
+        "parallel_tool_calls", "previous_response_id", "reasoning", "store", "background",
+        "stream", "temperature", "text", "tool_choice", "tools", "top_p", "truncation",
+        "user", "service_tier", "safety_identifier",
+    }
+)  # fmt: skip
+# Anthropic Messages request fields LiteLLM forwards (``messages``/``model`` aside).
+ANTHROPIC_PARAMS = frozenset(
+    {
+        "max_tokens", "metadata", "stop_sequences", "stream", "system", "temperature",
+        "thinking", "tool_choice", "tools", "top_k", "top_p", "container",
+        "context_management", "output_format", "output_config", "service_tier",
+        "inference_geo", "speed", "mcp_servers",
+    }
+)  # fmt: skip
+ANTHROPIC_HEADERS = ("anthropic-beta",)
+
+
+class SurfaceUpstream:
+    """``litellm.aresponses`` / ``aget_responses`` / ``adelete_responses`` / ``anthropic_messages``."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self._upstream = upstream
+        self._litellm = import_litellm()
+
+    async def create_response(self, body: dict[str, Any], credential: Credential | None) -> Any:
+        """A ``ResponsesAPIResponse``, or an async iterator of typed events when streaming."""
+        kwargs = self._upstream.route(str(body["model"]), credential)
+        kwargs.update({k: v for k, v in body.items() if k in RESPONSES_PARAMS})
+        extra = {k: v for k, v in body.items() if k not in RESPONSES_PARAMS and k != "model"}
+        if extra:
+            kwargs["extra_body"] = extra
+        try:
+            return await self._litellm.aresponses(**kwargs)
+        except Exception as exc:
+            raise provider_error(exc) from exc
+
+    async def get_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+        try:
+            found = await self._litellm.aget_responses(response_id=response_id, **self._stored(credential))
+        except Exception as exc:
+            raise provider_error(exc) from exc
+        return dump(found)
+
+    async def delete_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+        try:
+            deleted = await self._litellm.adelete_responses(
+                response_id=response_id, **self._stored(credential)
+            )
+        except Exception as exc:
+            raise provider_error(exc) from exc
+        return dump(deleted)
+
+    def _stored(self, credential: Credential | None) -> dict[str, Any]:
+        """Where a stored response lives: LiteLLM decodes the provider from its own ids;
+        otherwise it is OpenAI's (or ``upstream.api_base``'s)."""
+        target = self._upstream.route("", credential)
+        target.pop("model", None)
+        target.pop("max_retries", None)
+        target.setdefault("custom_llm_provider", "openai")
+        return target
+
+    async def create_message(
+        self, body: dict[str, Any], credential: Credential | None, headers: dict[str, str]
+    ) -> Any:
+        """An Anthropic message dict, or an async iterator of SSE bytes when streaming."""
+        kwargs = self._upstream.route(str(body["model"]), credential)
+        kwargs.update({k: v for k, v in body.items() if k in ANTHROPIC_PARAMS})
+        kwargs["messages"] = body["messages"]
+        passed = {name: headers[name] for name in ANTHROPIC_HEADERS if name in headers}
+        if passed:
+            kwargs["extra_headers"] = passed
+        try:
+            return await self._litellm.anthropic_messages(**kwargs)
+        except Exception as exc:
+            raise provider_error(exc) from exc
+
+
+def provider_error(exc: Exception) -> ApiError:
+    """``to_api_error``, plus the provider's own words when LiteLLM left its JSON error
+    body as the message (its Messages interface does)."""
+    error = to_api_error(exc)
+    try:
+        parsed = json.loads(error.message)
+    except ValueError:
+        return error
+    inner = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(inner, dict) or not isinstance(inner.get("message"), str):
+        return error
+    return ApiError(
+        error.status,
+        inner["message"],
+        type=inner.get("type") or error.type,
+        param=inner.get("param"),
+        code=inner.get("code", error.code),
+        headers=error.headers,
+    )
+
+
+def dump(obj: Any) -> dict[str, Any]:
+    """A LiteLLM response object as plain JSON data (its serializer warnings silenced)."""
+    if hasattr(obj, "model_dump"):
+        data: dict[str, Any] = obj.model_dump(mode="json", exclude_none=True, warnings=False)
+        return data
+    return dict(obj)

@@ -1,0 +1,189 @@
+"""``/v1/messages``: the real Anthropic SDK → memproxy → LiteLLM's Anthropic-messages interface →
+scripted upstream (translated to its Responses API, or natively to its ``/v1/messages``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.memory_flow import captured, unique
+from tests.support.proxy import Proxy, proxy_settings, start_proxy
+from tests.support.surfaces import (
+    anthropic_client,
+    forwarded,
+    memory_texts,
+    remember,
+    sse_events,
+    stream_natively,
+)
+
+TOOLS = [
+    {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {}}}
+]
+NATIVE = "claude-native"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _native_streams() -> None:
+    stream_natively()
+
+
+@pytest.fixture(scope="module")
+def native(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    """A memproxy whose ``claude-native`` alias goes to the fake through LiteLLM's native Anthropic route."""
+    root = upstream[1].removesuffix("/v1")
+    alias = {"name": NATIVE, "litellm_params": {"model": "anthropic/claude-sonnet-4-5", "api_base": root,
+                                                "api_key": "sk-ant-scripted"}}  # fmt: skip
+    settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("native"), recall={"placement": "end"})
+    settings.upstream.models.append(type(settings.upstream.models[0])(**alias))
+    server, handle = start_proxy(settings)
+    yield handle
+    server.stop()
+
+
+def test_plain_message_with_x_api_key_headers_and_capture(proxy: Proxy) -> None:
+    user, text = unique("u"), unique("I keep bees")
+    client = anthropic_client(proxy, **{"X-Memproxy-User-Id": user})
+    raw = client.messages.with_raw_response.create(
+        model="gpt-4o-mini", max_tokens=100, system="Be brief.", messages=[{"role": "user", "content": text}]
+    )
+    message = raw.parse()
+    assert message.content[0].type == "text" and message.content[0].text == f"You said: {text}"
+    assert message.stop_reason == "end_turn"
+    assert raw.headers["x-memproxy-recalled"] == "0"
+    assert captured(proxy.data_dir, raw.headers["x-memproxy-capture"]) == [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": f"You said: {text}"},
+    ]
+
+
+def test_stream_relays_events_and_captures(proxy: Proxy) -> None:
+    user, text = unique("u"), unique("stream me please")
+    client = anthropic_client(proxy, **{"X-Memproxy-User-Id": user})
+    with client.messages.with_streaming_response.create(
+        model="gpt-4o-mini", max_tokens=100, messages=[{"role": "user", "content": text}], stream=True
+    ) as raw:
+        job_id = raw.headers["x-memproxy-capture"]
+        events = list(raw.parse())
+    types = [e.type for e in events]
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    assert types.count("content_block_delta") >= 4
+    text_out = "".join(e.delta.text for e in events if e.type == "content_block_delta")  # type: ignore[union-attr]
+    assert text_out == f"You said: {text}"
+    assert captured(proxy.data_dir, job_id)[-1] == {"role": "assistant", "content": text_out}
+
+
+def test_metadata_user_id_is_the_user_and_recall_is_its_own_block(
+    proxy: Proxy, fake: ScriptedUpstream
+) -> None:
+    user = unique("u")
+    remember(proxy, "User owns a red bicycle", user)
+    client = anthropic_client(proxy)
+    ask = unique("What bicycle do I own")
+    raw = client.messages.with_raw_response.create(
+        model="gpt-4o-mini",
+        max_tokens=100,
+        metadata={"user_id": user},
+        messages=[{"role": "user", "content": ask}],
+    )
+    assert raw.headers["x-memproxy-recalled"] == "1"
+    assert "red bicycle" in raw.parse().content[0].text  # type: ignore[union-attr]
+    assert len(memory_texts(forwarded(fake, ask, "/responses").body)) == 1
+    assert captured(proxy.data_dir, raw.headers["x-memproxy-capture"])[0] == {"role": "user", "content": ask}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_use_and_the_tool_result_turn_recalls(
+    proxy: Proxy, fake: ScriptedUpstream, stream: bool
+) -> None:
+    user, ask = unique("u"), unique("What is the weather where I live")
+    remember(proxy, "User lives in Porto and asks about the weather", user)
+    client = anthropic_client(proxy, **{"X-Memproxy-User-Id": user})
+    kwargs: dict[str, Any] = {"model": "tools", "max_tokens": 100, "tools": TOOLS,
+                              "messages": [{"role": "user", "content": ask}]}  # fmt: skip
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**kwargs)
+    use = message.content[0]
+    assert use.type == "tool_use" and use.name == "get_weather" and use.input == {"query": "weather in Paris"}
+    assert message.stop_reason == "tool_use"
+    history = [
+        {"role": "user", "content": ask},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "Sunny, 21C"}],
+        },
+    ]
+    raw = client.messages.with_raw_response.create(model="gpt-4o-mini", max_tokens=100, messages=history)  # type: ignore[arg-type]
+    assert raw.headers["x-memproxy-recalled"] == "1"
+    assert memory_texts(forwarded(fake, "Sunny, 21C", "/responses").body)
+    assert captured(proxy.data_dir, raw.headers["x-memproxy-capture"]) == [
+        {"role": "tool", "tool_call_id": use.id, "content": "Sunny, 21C"},
+        {"role": "assistant", "content": raw.parse().content[0].text},  # type: ignore[union-attr]
+    ]
+
+
+def test_errors_are_anthropic_shaped(proxy: Proxy) -> None:
+    with httpx.Client(base_url=proxy.url, timeout=30) as http:
+        missing = http.post("/v1/messages", json={"model": "m", "max_tokens": 5, "messages": []})
+        bad = http.post("/v1/messages", headers={"x-api-key": "sk-x"}, json={"model": "m", "messages": []})
+    assert missing.status_code == 401
+    assert missing.json() == {"type": "error", "error": {"type": "authentication_error",
+                                                         "message": missing.json()["error"]["message"]}}  # fmt: skip
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    client = anthropic_client(proxy)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        client.messages.create(model="fail-429", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert caught.value.body == {"type": "error", "error": {"type": "rate_limit_error",
+                                                            "message": "scripted failure 429"}}  # fmt: skip
+
+
+def test_error_after_the_stream_began_ends_with_an_anthropic_error_event(proxy: Proxy) -> None:
+    with proxy.http() as http:
+        response = http.post("/v1/messages", headers={"X-Memproxy-User-Id": unique("u")},
+                             json={"model": "drop", "max_tokens": 50, "stream": True,
+                                   "messages": [{"role": "user", "content": "cut me off"}]})  # fmt: skip
+    assert response.status_code == 200
+    events = sse_events(response)
+    assert events[0][0] == "message_start"
+    name, data = events[-1]
+    assert name == "error" and data["type"] == "error" and data["error"]["message"]
+    assert captured(proxy.data_dir, response.headers["x-memproxy-capture"]) == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_native_anthropic_keeps_cache_control_and_appends_the_block(
+    native: Proxy, fake: ScriptedUpstream, stream: bool
+) -> None:
+    user, ask = unique("u"), unique("Which city do I live in")
+    remember(native, "User lives in Porto", user)
+    system = [{"type": "text", "text": "You are kind.", "cache_control": {"type": "ephemeral"}}]
+    last = [{"type": "text", "text": ask, "cache_control": {"type": "ephemeral"}}]
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": last}]  # fmt: skip
+    client = anthropic_client(native, **{"X-Memproxy-User-Id": user})
+    kwargs: dict[str, Any] = {"model": NATIVE, "max_tokens": 50, "system": system, "messages": messages}
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            reply = events.get_final_message()
+    else:
+        reply = client.messages.create(**kwargs)
+    assert "Porto" in reply.content[0].text  # type: ignore[union-attr]
+    sent = forwarded(fake, ask, "/v1/messages").body
+    assert sent["system"] == system and sent["messages"][:2] == messages[:2]
+    assert sent["messages"][2]["content"][0] == last[0]  # the breakpoint stays where the caller put it
+    block = sent["messages"][2]["content"][1]
+    assert block["type"] == "text" and memory_texts(block) and "cache_control" not in block
