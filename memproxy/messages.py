@@ -49,12 +49,16 @@ def latest_user_text(messages: Sequence[Any], max_chars: int) -> str:
     """
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            text = message_text(message).strip()
-            if len(text) > max_chars:
-                half = max_chars // 2
-                text = text[:half] + " … " + text[-half:]
-            return text
+            return clip_text(message_text(message).strip(), max_chars)
     return ""
+
+
+def clip_text(text: str, max_chars: int) -> str:
+    """A text longer than ``max_chars`` keeps its start and its end, where questions usually are."""
+    if len(text) <= max_chars:
+        return text
+    half = max_chars // 2
+    return text[:half] + " … " + text[-half:]
 
 
 def user_text(messages: Sequence[dict[str, Any]], max_chars: int) -> str:

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memproxy.outbox.capture import HEADER as CAPTURE_RESPONSE_HEADER
+from memproxy.headers import CAPTURE_RESULT as CAPTURE_RESPONSE_HEADER
+from memproxy.headers import RECALL_ERROR as RECALL_ERROR_HEADER
+from memproxy.headers import RECALLED as RECALLED_HEADER
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
 from memproxy.outbox.capture import PlannedCapture
 from memproxy.proxy.placement import Placement
-from memproxy.proxy.recall import ERROR_HEADER as RECALL_ERROR_HEADER
-from memproxy.proxy.recall import RECALLED_HEADER
 from memproxy.scope import RequestScope
 from memproxy.services import Services
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memproxy.proxy.recall import QUERY_MAX_CHARS, clip_query
+from memproxy.messages import clip_text
+from memproxy.proxy.recall import QUERY_MAX_CHARS
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -40,7 +41,7 @@ def query_text(body: dict[str, Any]) -> str:
         if isinstance(message, dict) and message.get("role") == "user":
             text = content_text(message.get("content")).strip()
             if text:
-                return clip_query(text, QUERY_MAX_CHARS)
+                return clip_text(text, QUERY_MAX_CHARS)
     return ""
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memproxy.proxy.recall import QUERY_MAX_CHARS, clip_query
+from memproxy.messages import clip_text
+from memproxy.proxy.recall import QUERY_MAX_CHARS
 
 # Item types the model produces; a user turn starts after the last of them.
 _MODEL_ITEM_SUFFIXES = ("_call", "reasoning")
@@ -47,7 +48,7 @@ def content_text(content: Any) -> str:
 def query_text(body: dict[str, Any]) -> str:
     for item in reversed(_items(body)):
         if item.get("role") == "user":
-            return clip_query(content_text(item.get("content")).strip(), QUERY_MAX_CHARS)
+            return clip_text(content_text(item.get("content")).strip(), QUERY_MAX_CHARS)
     return ""
 
 
