@@ -1,0 +1,258 @@
+"""Prompt-cache friendliness of each ``recall.placement``, and the cost of the other API surfaces.
+
+1. Prefix share: a 20-turn conversation (system prompt, two tools, the client resending its
+   whole history each turn) while the user's memory set grows by one memory per turn, so the
+   recalled block changes along the way. For every forwarded request (as the provider
+   received it) the share of its tokens (the model's tokenizer) that equals the previous
+   request's prefix is computed — what a provider's prefix cache could serve. Per placement
+   and per surface (chat completions, Responses, Anthropic Messages).
+2. Latency: p50 / p95 of non-streamed requests through memproxy (memory on, c=1) for
+   ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``, next to the same calls
+   made straight to the scripted upstream, so the added cost of each surface over chat is
+   memproxy's own.
+
+Run: ``python bench/prefix_cache.py`` (``--quick`` for fewer latency samples). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import processes
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import itertools
+
+from memproxy.proxy.budget import use_bundled_tokenizers
+from memproxy.testing.background_server import BackgroundServer
+from memproxy.testing.scripted_upstream import Recorded, ScriptedUpstream
+
+MODEL = "gpt-4o-mini"
+TOKEN = "sk-bench-prefix"
+TURNS = 20
+PLACEMENTS = ("after_system", "end")
+SYSTEM = (
+    "You are Atlas, the travel assistant of Northwind Travel. Answer in the user's language, "
+    "briefly and concretely. Use the tools when the user asks about weather or bookings; never "
+    "invent a booking reference. Prices are in EUR unless the user says otherwise. If the user "
+    "mentions a preference (seat, diet, budget, companions), take it into account in every "
+    "suggestion. Escalate to a human agent when the user is unhappy twice in a row. "
+) * 3
+TOOLS = [
+    {"name": "get_weather", "description": "Weather forecast for a city and a date",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "date": {"type": "string"}}}},
+    {"name": "find_booking", "description": "Look up a booking by its reference",
+     "parameters": {"type": "object", "properties": {"reference": {"type": "string"}}}},
+]  # fmt: skip
+TOPICS = ["Lisbon", "Porto", "Madeira", "Seville", "Granada", "Valencia", "Bilbao", "Malaga", "Faro",
+          "Coimbra", "Braga", "Toledo", "Cordoba", "Evora", "Sintra", "Cadiz", "Girona", "Zaragoza",
+          "Salamanca", "Aveiro"]  # fmt: skip
+
+
+def user_text(turn: int) -> str:
+    city = TOPICS[turn % len(TOPICS)]
+    return f"Turn {turn}: I am thinking about a trip to {city} with my family; what should I plan for the weather and food there?"
+
+
+def memory_text(turn: int) -> str:
+    city = TOPICS[turn % len(TOPICS)]
+    return f"User plans a family trip to {city} and cares about weather and food"
+
+
+# -- what the provider received, in prompt order ------------------------------------------
+
+
+def segments(surface: str, body: dict[str, Any]) -> list[Any]:
+    """The forwarded request's prompt parts in the order a provider renders them."""
+    if surface == "chat":
+        return [body.get("tools"), *body.get("messages", [])]
+    items = body.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+    return [body.get("tools"), body.get("instructions"), *items]
+
+
+def prompt_tokens(encoding: Any, surface: str, body: dict[str, Any]) -> list[int]:
+    text = "".join(json.dumps(part, sort_keys=True) + "\n" for part in segments(surface, body))
+    return list(encoding.encode(text, disallowed_special=()))
+
+
+def prefix_shares(encoding: Any, surface: str, bodies: list[dict[str, Any]]) -> list[float]:
+    shares = []
+    for before, after in itertools.pairwise(bodies):
+        a, b = prompt_tokens(encoding, surface, before), prompt_tokens(encoding, surface, after)
+        common = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            common += 1
+        shares.append(common / len(b))
+    return shares
+
+
+# -- one conversation per surface --------------------------------------------------------
+
+
+def converse(http: httpx.Client, surface: str, user: str) -> list[str]:
+    """20 turns, the whole history resent each time; one new memory per turn. Returns the
+    marker of every turn so the forwarded requests can be found."""
+    history: list[dict[str, Any]] = []
+    markers = []
+    for turn in range(TURNS):
+        ok = http.post("/v1/memories", json={"text": memory_text(turn), "user_id": user})
+        assert ok.status_code == 201, ok.text
+        text = user_text(turn) + f" [{user}]"
+        markers.append(text)
+        history.append({"role": "user", "content": text})
+        history.append({"role": "assistant", "content": ask(http, surface, history)})
+    return markers
+
+
+def ask(http: httpx.Client, surface: str, history: list[dict[str, Any]]) -> str:
+    if surface == "chat":
+        tools = [{"type": "function", "function": t} for t in TOOLS]
+        body = {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM}, *history], "tools": tools}
+        return str(post(http, "/v1/chat/completions", body)["choices"][0]["message"]["content"])
+    if surface == "responses":
+        tools = [{"type": "function", **t} for t in TOOLS]
+        body = {"model": MODEL, "instructions": SYSTEM, "input": history, "tools": tools, "store": False}
+        answer = post(http, "/v1/responses", body)
+        return "".join(c["text"] for item in answer["output"] for c in item.get("content", []))
+    tools = [
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in TOOLS
+    ]
+    body = {"model": MODEL, "max_tokens": 200, "system": SYSTEM, "messages": history, "tools": tools}
+    return "".join(b.get("text", "") for b in post(http, "/v1/messages", body)["content"])
+
+
+def post(http: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = http.post(path, json=body)
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def forwarded(fake: ScriptedUpstream, markers: list[str]) -> list[dict[str, Any]]:
+    """Turn k's forwarded request: the first one whose body holds turn k's marker (later
+    turns hold it too, in their history)."""
+    out = []
+    for marker in markers:
+        found: Recorded = next(r for r in fake.requests if marker in json.dumps(r.body))
+        out.append(found.body)
+    return out
+
+
+# -- latency ------------------------------------------------------------------------------
+
+
+def latency(
+    url: str, samples: int, headers: dict[str, str], surfaces: tuple[str, ...]
+) -> dict[str, dict[str, float]]:
+    """p50/p95 ms per surface, requests interleaved so all see the same machine load."""
+    bodies = {
+        "chat": ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}]}),
+        "responses": ("/v1/responses", {"model": MODEL, "input": "hello there", "store": False}),
+        "messages": ("/v1/messages", {"model": MODEL, "max_tokens": 50,
+                                      "messages": [{"role": "user", "content": "hello there"}]}),
+    }  # fmt: skip
+    bodies = {name: bodies[name] for name in surfaces}
+    times: dict[str, list[float]] = {name: [] for name in bodies}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        for i in range(samples + 5):
+            for name, (path, body) in bodies.items():
+                started = time.perf_counter()
+                response = http.post(path, json=body)
+                elapsed = (time.perf_counter() - started) * 1000
+                assert response.status_code == 200, response.text
+                if i >= 5:  # warm-up
+                    times[name].append(elapsed)
+    return {name: summary(values) for name, values in times.items() if values}
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[int(len(ordered) * 0.95) - 1], 2),
+    }
+
+
+def settings(fake_v1: str, data_dir: Path, port: int, placement: str) -> dict[str, Any]:
+    return {
+        "server": {"port": port},
+        "storage": {"data_dir": str(data_dir)},
+        "upstream": {"api_base": fake_v1},
+        "recall": {"placement": placement, "top_k": 4, "max_tokens": 200},
+        "extraction": {"worker_enabled": False},
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    use_bundled_tokenizers()
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("o200k_base")
+    fake = ScriptedUpstream()
+    report: dict[str, Any] = {"turns": TURNS, "tokenizer": "o200k_base", "prefix_share": {}}
+    with tempfile.TemporaryDirectory() as tmp, BackgroundServer(fake.app) as upstream:
+        work = Path(tmp)
+        fake_v1 = upstream.url + "/v1"
+        ports = {p: processes.free_port() for p in PLACEMENTS}
+        children = [processes.memproxy_child("serve", settings(fake_v1, work / p, ports[p], p), work, p)
+                    for p in PLACEMENTS]  # fmt: skip
+        with processes.running(children):
+            for placement in PLACEMENTS:
+                url = f"http://127.0.0.1:{ports[placement]}"
+                rows = report["prefix_share"].setdefault(placement, {})
+                with httpx.Client(
+                    base_url=url, timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+                ) as http:
+                    for surface in ("chat", "responses", "messages"):
+                        user = f"{placement}-{surface}"
+                        http.headers["X-Memproxy-User-Id"] = user
+                        bodies = forwarded(fake, converse(http, surface, user))
+                        wire = (
+                            "chat" if surface == "chat" else "responses"
+                        )  # /v1/messages reaches it translated
+                        shares = prefix_shares(encoding, wire, bodies)
+                        rows[surface] = {"mean": round(statistics.mean(shares), 4), "min": round(min(shares), 4),
+                                         "last": round(shares[-1], 4)}  # fmt: skip
+            samples = 40 if quick else 300
+            headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": "latency-user"}
+            via = latency(
+                f"http://127.0.0.1:{ports['end']}", samples, headers, ("chat", "responses", "messages")
+            )
+            direct = latency(
+                upstream.url, samples, {"Authorization": f"Bearer {TOKEN}"}, ("chat", "responses")
+            )
+    direct["messages"] = direct["responses"]  # LiteLLM sends /v1/messages to the provider's Responses API
+    added = {name: round(via[name]["p50"] - direct[name]["p50"], 2) for name in via}
+    report["latency_ms"] = {
+        "through_memproxy": via,
+        "direct_to_upstream": direct,
+        "memproxy_added_p50": added,
+        "vs_chat_p50": {name: round(added[name] - added["chat"], 2) for name in added},
+        "samples": samples,
+    }
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer latency samples")
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.quick), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
