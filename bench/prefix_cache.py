@@ -118,6 +118,7 @@ def converse(http: httpx.Client, surface: str, user: str) -> list[str]:
 
 
 def ask(http: httpx.Client, surface: str, history: list[dict[str, Any]]) -> str:
+    body: dict[str, Any]
     if surface == "chat":
         tools = [{"type": "function", "function": t} for t in TOOLS]
         body = {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM}, *history], "tools": tools}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -86,12 +87,13 @@ def test_tool_calls_and_the_tool_result_turn_recalls(
     user, ask = unique("u"), unique("What is the weather where I live")
     remember(proxy, "User lives in Porto and asks about the weather", user)
     client = proxy.client(**{"X-Memproxy-User-Id": user})
+    final: Any
     if stream:
         events = list(client.responses.create(model="tools", input=ask, tools=TOOLS, stream=True))  # type: ignore[arg-type]
         final = events[-1].response  # type: ignore[union-attr]
     else:
         final = client.responses.create(model="tools", input=ask, tools=TOOLS)  # type: ignore[arg-type]
-    call = final.output[0]
+    call: Any = final.output[0]
     assert call.type == "function_call" and call.name == "get_weather"
     assert json.loads(call.arguments) == json.loads(TOOL_ARGUMENTS)
     history = [

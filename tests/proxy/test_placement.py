@@ -57,7 +57,7 @@ def test_anthropic_placements_keep_cache_control_breakpoints() -> None:
     result = [
         {"type": "tool_result", "tool_use_id": "t1", "content": "21C", "cache_control": {"type": "ephemeral"}}
     ]
-    body = {"system": system, "messages": [{"role": "user", "content": "u"},
+    body: dict[str, Any] = {"system": system, "messages": [{"role": "user", "content": "u"},
                                            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]},
                                            {"role": "user", "content": result}]}  # fmt: skip
     original = copy.deepcopy(body)
@@ -95,23 +95,18 @@ def end_proxy(
 
 def ask(proxy: Proxy, surface: str, user: str, history: list[dict[str, Any]]) -> str:
     headers = {"X-Memproxy-User-Id": user}
+    client: Any = proxy.client(**headers)  # plain dicts, not the SDK's TypedDicts
     if surface == "chat":
-        reply = proxy.client(**headers).chat.completions.create(
-            model="gpt-4o-mini",
-            messages=[{"role": "system", "content": SYSTEM}, *history],
-            tools=CHAT_TOOLS,  # type: ignore[list-item]
+        reply = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "system", "content": SYSTEM}, *history], tools=CHAT_TOOLS
         )
         return str(reply.choices[0].message.content)
     if surface == "responses":
         tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
-        answer = proxy.client(**headers).responses.create(
-            model="gpt-4o-mini",
-            instructions=SYSTEM,
-            input=history,
-            tools=tools,
-            store=False,  # type: ignore[arg-type]
+        answer = client.responses.create(
+            model="gpt-4o-mini", instructions=SYSTEM, input=history, tools=tools, store=False
         )
-        return answer.output_text
+        return str(answer.output_text)
     message = anthropic_client(proxy, **headers).messages.create(
         model="gpt-4o-mini", max_tokens=100, system=SYSTEM, messages=history,  # type: ignore[arg-type]
         tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
