@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memproxy.api import chat, messages, openai_routes, ops, responses
+from memproxy.api import chat, console, messages, openai_routes, ops, responses
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
@@ -152,6 +152,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(scopes_api.router)
     app.include_router(ops.router)
+    app.include_router(console.build_router())
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
