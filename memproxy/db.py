@@ -149,6 +149,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_tenant_user_agent ON jobs (tenant, user_id, agent_id)
         """,
     ),
+    (
+        # GET /v1/scopes counts each listed scope's jobs by status and its expired memories:
+        # without these the planner walks every job of the tenant once per listed scope, and
+        # every memory row of a big scope to read its expiry.
+        "0003_scope_counts",
+        """
+        CREATE INDEX jobs_tenant_scope_status ON jobs (tenant, scope_key, status, updated_at);
+        CREATE INDEX memories_scope_expiry ON memories (tenant, scope_key, expires_at)
+        """,
+    ),
 ]
 
 

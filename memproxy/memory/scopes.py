@@ -4,8 +4,9 @@ Invariants:
 - Every query filters by the caller's tenant; nothing here can name another tenant's scope.
 - A scope is listed while it holds a memory (expired ones included: they still take space
   until purged) or a job; a forgotten scope has neither, so it disappears.
-- Pages are in (user_id, agent_id) order; the cursor is the last pair of a page, so a page
-  is a short index range scan of ``memories`` and ``jobs``, whatever the tenant's size.
+- Pages are in (user_id, agent_id) order; the cursor is the last pair of a page. Without a
+  substring search a page costs one index seek per listed scope in ``memories`` and in
+  ``jobs`` (a skip scan), whatever the number of memories behind each scope.
 - Counts come from the rows at read time (no counters to drift).
 """
 
@@ -99,28 +100,54 @@ def list_scopes(
 ) -> tuple[list[ScopeSummary], str | None]:
     """One page of the tenant's scopes; ``None`` ids mean "any", ``q`` is a substring of either id
     (case-insensitive). Returns (page, next cursor)."""
-    where, params = _filters(tenant, decode_cursor(cursor) if cursor else None, user_id, agent_id, q)
+    after = decode_cursor(cursor) if cursor else None
     keys: set[tuple[str, str]] = set()
     for table in ("memories", "jobs"):
-        found = conn.execute(
-            f"SELECT DISTINCT user_id, agent_id FROM {table} WHERE {where} "
-            "ORDER BY user_id, agent_id LIMIT ?",
-            (*params, limit + 1),
-        ).fetchall()
-        keys.update((str(r[0]), str(r[1])) for r in found)
+        if q:  # a substring filter reads every id anyway: one scan
+            where, params = _filters(tenant, after, user_id, agent_id, q)
+            found = conn.execute(
+                f"SELECT DISTINCT user_id, agent_id FROM {table} WHERE {where} "
+                "ORDER BY user_id, agent_id LIMIT ?",
+                (*params, limit + 1),
+            ).fetchall()
+            keys.update((str(r[0]), str(r[1])) for r in found)
+        else:
+            keys.update(_skip_scan(conn, table, tenant, after, user_id, agent_id, limit + 1))
     ordered = sorted(keys)[: limit + 1]
     page = ordered[:limit]
     next_cursor = encode_cursor(*page[-1]) if len(ordered) > limit else None
     return [summarize(conn, Scope(tenant, u, a), now) for u, a in page], next_cursor
 
 
+def _skip_scan(conn: sqlite3.Connection, table: str, tenant: str, after: tuple[str, str] | None,
+               user_id: str | None, agent_id: str | None, limit: int) -> list[tuple[str, str]]:  # fmt: skip
+    """The next ``limit`` distinct (user_id, agent_id) after ``after``: one index seek each, so a
+    scope with 100k memories costs what a scope with one does (a DISTINCT would read them all)."""
+    keys: list[tuple[str, str]] = []
+    while len(keys) < limit:
+        where, params = _filters(tenant, keys[-1] if keys else after, user_id, agent_id, None)
+        row = conn.execute(
+            f"SELECT user_id, agent_id FROM {table} WHERE {where} ORDER BY user_id, agent_id LIMIT 1", params
+        ).fetchone()
+        if row is None:
+            break
+        keys.append((str(row[0]), str(row[1])))
+    return keys
+
+
 def summarize(conn: sqlite3.Connection, scope: Scope, now: float) -> ScopeSummary:
-    """Counts and last activity of one scope (index range scans on its scope key)."""
+    """Counts and last activity of one scope (index seeks and index-only counts).
+
+    Last activity is the newest history event (every memory add, text change and delete
+    writes one) or job change; a metadata-only edit does not move it.
+    """
     key = (scope.tenant, scope.key)
-    total, expired, last_memory = conn.execute(
-        "SELECT count(*), coalesce(sum(CASE WHEN expires_at <= ? THEN 1 ELSE 0 END), 0), max(updated_at) "
-        "FROM memories WHERE tenant = ? AND scope_key = ?",
-        (now, *key),
+    # Index-only counts (memories_scope_expiry); no per-row reads even for a 100k-memory scope.
+    (total,) = conn.execute(
+        "SELECT count(*) FROM memories WHERE tenant = ? AND scope_key = ?", key
+    ).fetchone()
+    (expired,) = conn.execute(
+        "SELECT count(*) FROM memories WHERE tenant = ? AND scope_key = ? AND expires_at <= ?", (*key, now)
     ).fetchone()
     jobs = dict.fromkeys(JOB_STATUSES, 0)
     last_job = None
@@ -131,10 +158,13 @@ def summarize(conn: sqlite3.Connection, scope: Scope, now: float) -> ScopeSummar
     ).fetchall():
         jobs[str(status)] = int(count)
         last_job = max(last_job or updated, updated)
-    (last_event,) = conn.execute(
-        "SELECT max(created_at) FROM history WHERE tenant = ? AND scope_key = ?", key
+    # The newest event is the one with the highest num: one seek in history_scope (scope_key, num).
+    event = conn.execute(
+        "SELECT created_at FROM history WHERE scope_key = ? AND tenant = ? ORDER BY num DESC LIMIT 1",
+        (scope.key, scope.tenant),
     ).fetchone()
-    times = [t for t in (last_memory, last_job, last_event) if t is not None]
+    last_event = event[0] if event else None
+    times = [t for t in (last_job, last_event) if t is not None]
     return ScopeSummary(
         scope.user_id, scope.agent_id, int(total) - int(expired), int(expired), jobs,
         max(times) if times else None,
