@@ -46,6 +46,7 @@ def browser() -> Iterator[Browser]:
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
+    expect.set_options(timeout=TIMEOUT_MS)  # assertions poll up to this long (5 s by default)
     try:
         yield context.new_page()
     finally:
@@ -253,3 +254,52 @@ def test_a_rejected_credential_stays_signed_out(keys_proxy: Proxy, page: Page) -
     expect(page.get_by_role("alert")).to_have_text("That credential was not accepted.")
     assert page.evaluate("sessionStorage.getItem('memproxy.credential')") is None
     wait_until(lambda: page.get_by_role("heading", name="Sign in").is_visible(), timeout=5)
+
+
+def test_add_filter_export_and_import_from_the_page(keys_proxy: Proxy, page: Page, tmp_path: Path) -> None:
+    user = f"porter-{uuid.uuid4().hex[:8]}"
+    wait_job(
+        keys_proxy.url, say(keys_proxy, "I work at Initech.", user=user, token=ALPHA).job_id, token=ALPHA
+    )
+    fired = watch_dialogs(page)
+    sign_in(page, keys_proxy, ALPHA)
+    page.goto(f"{keys_proxy.url}/ui#/scope?user_id={user}&agent_id=")
+    expect(card(page, "User works at Initech")).to_have_count(1)
+
+    # Add a manual memory with metadata and an expiry.
+    page.get_by_label("Text", exact=True).fill("Prefers <em>tea</em> over coffee")
+    page.get_by_label("Metadata, a JSON object (optional)").fill('{"via": "console"}')
+    page.get_by_label("Expires at, ISO-8601 (optional)").fill("2099-06-01T00:00:00Z")
+    page.get_by_role("button", name="Add memory").click()
+    expect(page.get_by_role("status")).to_have_text(re.compile(r"^Added memory "))
+    expect(card(page, "Prefers <em>tea</em> over coffee")).to_contain_text('"via": "console"')
+
+    # Filters: source and expiry narrow the list.
+    page.get_by_label("Source").select_option("manual")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("li.card.memory .memory-text")).to_have_text(["Prefers <em>tea</em> over coffee"])
+    page.get_by_label("Source").select_option("")
+    page.get_by_label("Expiry").select_option("false")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("li.card.memory .memory-text")).to_have_text(["User works at Initech"])
+
+    # Export as JSON Lines, lose a memory, import the file back.
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export as JSON Lines").click()
+    saved = tmp_path / "export.jsonl"
+    download.value.save_as(saved)
+    lines = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert sorted(line["text"] for line in lines) == [
+        "Prefers <em>tea</em> over coffee",
+        "User works at Initech",
+    ]
+    with api(keys_proxy, ALPHA) as http:
+        manual = next(line for line in lines if line["source"] == "manual")
+        assert http.delete(f"/v1/memories/{manual['id']}").status_code == 200
+    page.get_by_label("Import JSON Lines").set_input_files(str(saved))
+    page.get_by_role("button", name="Import", exact=True).click()
+    expect(page.get_by_role("status")).to_have_text("Imported 1, skipped 1 (already there).")
+    with api(keys_proxy, ALPHA) as http:
+        back = http.get(f"/v1/memories/{manual['id']}").json()
+    assert back["text"] == "Prefers <em>tea</em> over coffee" and back["metadata"] == {"via": "console"}
+    assert fired == []
