@@ -165,10 +165,13 @@ def p(samples: list[float], q: int) -> float:
 
 def middle_cursor(http: httpx.Client, memories: int) -> str:
     """The cursor of the big scope's page that starts half-way through its memories."""
-    cursor, seen = None, 0
+    cursor: str | None = None
+    seen = 0
     while seen < memories // 2:
         limit = min(1000, memories // 2 - seen)
-        params = {"user_id": BIG, "agent_id": "", "limit": limit, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"user_id": BIG, "agent_id": "", "limit": limit}
+        if cursor:
+            params["cursor"] = cursor
         cursor = http.get("/v1/memories", params=params, headers=HEADERS).json()["next_cursor"]
         seen += limit
     return str(cursor)
