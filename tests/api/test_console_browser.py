@@ -106,11 +106,19 @@ def test_operator_walks_the_console(
         dead = dead_job(proxy, fake, user)
     finally:
         fake.extractor = None
+    with api(proxy, ALPHA) as http:  # neighbours in the tenant, so the list is a list
+        for other, agent in (
+            (f"ben-{user[4:]}", ""),
+            (f"carla-{user[4:]}", "support-bot"),
+            ("", f"bot-{user[4:]}"),
+        ):
+            http.post("/v1/memories", json={"user_id": other, "agent_id": agent, "text": "Prefers email"})
     fired = watch_dialogs(page)
 
     # Sign in; the credential is in sessionStorage only (no cookie, not in the URL).
     page.goto(proxy.url + "/ui")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
     page.screenshot(path=str(shots / "sign-in.png"))
     sign_in(page, proxy, ALPHA)
     assert page.context.cookies() == []
@@ -303,3 +311,22 @@ def test_add_filter_export_and_import_from_the_page(keys_proxy: Proxy, page: Pag
         back = http.get(f"/v1/memories/{manual['id']}").json()
     assert back["text"] == "Prefers <em>tea</em> over coffee" and back["metadata"] == {"via": "console"}
     assert fired == []
+
+
+def test_passthrough_mode_signs_in_with_the_provider_token(proxy: Proxy, page: Page) -> None:
+    token = f"sk-console-{uuid.uuid4().hex[:8]}"
+    user = f"pt-{uuid.uuid4().hex[:8]}"
+    with proxy.http(token) as http:
+        assert (
+            http.post("/v1/memories", json={"user_id": user, "text": "Has a passthrough tenant"}).status_code
+            == 201
+        )
+    sign_in(page, proxy, token)
+    page.get_by_role("link", name=user).click()
+    expect(card(page, "Has a passthrough tenant")).to_have_count(1)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('memproxy.credential')") is None
+    page.goto(f"{proxy.url}/ui#/scope?user_id={user}&agent_id=")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_text("Has a passthrough tenant")).to_have_count(0)
