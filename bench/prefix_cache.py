@@ -1,11 +1,12 @@
 """Prompt-cache friendliness of each ``recall.placement``, and the cost of the other API surfaces.
 
-1. Prefix share: a 20-turn conversation (system prompt, two tools, the client resending its
-   whole history each turn) while the user's memory set grows by one memory per turn, so the
+1. Prefix share: a 20-turn conversation (a chat app's short system prompt and two tools, and
+   an agent's long prompt and twelve tools; the client resends its whole history each turn) while the user's memory set grows by one memory per turn, so the
    recalled block changes along the way. For every forwarded request (as the provider
    received it) the share of its tokens (the model's tokenizer) that equals the previous
-   request's prefix is computed — what a provider's prefix cache could serve. Per placement
-   and per surface (chat completions, Responses, Anthropic Messages).
+   request's prefix is computed — what a provider's prefix cache could serve. Per profile,
+   placement and surface (chat completions, Responses, Anthropic Messages); ``no_memory``
+   (recall off) is the ceiling: the newest exchange is new whatever memproxy does.
 2. Latency: p50 / p95 of non-streamed requests through memproxy (memory on, c=1) for
    ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``, next to the same calls
    made straight to the scripted upstream, so the added cost of each surface over chat is
@@ -28,6 +29,7 @@ from typing import Any
 
 import httpx
 import processes
+from stats import percentiles_ms
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -41,19 +43,21 @@ MODEL = "gpt-4o-mini"
 TOKEN = "sk-bench-prefix"
 TURNS = 20
 PLACEMENTS = ("after_system", "end")
-SYSTEM = (
+POLICY = (
     "You are Atlas, the travel assistant of Northwind Travel. Answer in the user's language, "
     "briefly and concretely. Use the tools when the user asks about weather or bookings; never "
     "invent a booking reference. Prices are in EUR unless the user says otherwise. If the user "
     "mentions a preference (seat, diet, budget, companions), take it into account in every "
     "suggestion. Escalate to a human agent when the user is unhappy twice in a row. "
-) * 3
-TOOLS = [
-    {"name": "get_weather", "description": "Weather forecast for a city and a date",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "date": {"type": "string"}}}},
-    {"name": "find_booking", "description": "Look up a booking by its reference",
-     "parameters": {"type": "object", "properties": {"reference": {"type": "string"}}}},
-]  # fmt: skip
+)
+TOOL = {"name": "get_weather", "description": "Weather forecast for a city and a date",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "date": {"type": "string"}}}}  # fmt: skip
+# (system prompt, tools): a chat app (~250-token prompt, 2 tools) and an agent (~2,400-token
+# prompt, 12 tools: what coding and support agents send).
+PROFILES: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "chat_app": (POLICY * 3, [{**TOOL, "name": f"tool_{i}"} for i in range(2)]),
+    "agent": (POLICY * 30, [{**TOOL, "name": f"tool_{i}"} for i in range(12)]),
+}
 TOPICS = ["Lisbon", "Porto", "Madeira", "Seville", "Granada", "Valencia", "Bilbao", "Malaga", "Faro",
           "Coimbra", "Braga", "Toledo", "Cordoba", "Evora", "Sintra", "Cadiz", "Girona", "Zaragoza",
           "Salamanca", "Aveiro"]  # fmt: skip
@@ -102,7 +106,7 @@ def prefix_shares(encoding: Any, surface: str, bodies: list[dict[str, Any]]) -> 
 # -- one conversation per surface --------------------------------------------------------
 
 
-def converse(http: httpx.Client, surface: str, user: str) -> list[str]:
+def converse(http: httpx.Client, surface: str, user: str, profile: str) -> list[str]:
     """20 turns, the whole history resent each time; one new memory per turn. Returns the
     marker of every turn so the forwarded requests can be found."""
     history: list[dict[str, Any]] = []
@@ -113,25 +117,27 @@ def converse(http: httpx.Client, surface: str, user: str) -> list[str]:
         text = user_text(turn) + f" [{user}]"
         markers.append(text)
         history.append({"role": "user", "content": text})
-        history.append({"role": "assistant", "content": ask(http, surface, history)})
+        history.append({"role": "assistant", "content": ask(http, surface, history, *PROFILES[profile])})
     return markers
 
 
-def ask(http: httpx.Client, surface: str, history: list[dict[str, Any]]) -> str:
+def ask(http: httpx.Client, surface: str, history: list[dict[str, Any]], system: str,
+        functions: list[dict[str, Any]]) -> str:  # fmt: skip
     body: dict[str, Any]
     if surface == "chat":
-        tools = [{"type": "function", "function": t} for t in TOOLS]
-        body = {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM}, *history], "tools": tools}
+        tools = [{"type": "function", "function": t} for t in functions]
+        body = {"model": MODEL, "messages": [{"role": "system", "content": system}, *history], "tools": tools}
         return str(post(http, "/v1/chat/completions", body)["choices"][0]["message"]["content"])
     if surface == "responses":
-        tools = [{"type": "function", **t} for t in TOOLS]
-        body = {"model": MODEL, "instructions": SYSTEM, "input": history, "tools": tools, "store": False}
+        tools = [{"type": "function", **t} for t in functions]
+        body = {"model": MODEL, "instructions": system, "input": history, "tools": tools, "store": False}
         answer = post(http, "/v1/responses", body)
         return "".join(c["text"] for item in answer["output"] for c in item.get("content", []))
     tools = [
-        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in TOOLS
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+        for t in functions
     ]
-    body = {"model": MODEL, "max_tokens": 200, "system": SYSTEM, "messages": history, "tools": tools}
+    body = {"model": MODEL, "max_tokens": 200, "system": system, "messages": history, "tools": tools}
     return "".join(b.get("text", "") for b in post(http, "/v1/messages", body)["content"])
 
 
@@ -172,19 +178,11 @@ def latency(
             for name, (path, body) in bodies.items():
                 started = time.perf_counter()
                 response = http.post(path, json=body)
-                elapsed = (time.perf_counter() - started) * 1000
+                elapsed = time.perf_counter() - started
                 assert response.status_code == 200, response.text
                 if i >= 5:  # warm-up
                     times[name].append(elapsed)
-    return {name: summary(values) for name, values in times.items() if values}
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p95": round(ordered[int(len(ordered) * 0.95) - 1], 2),
-    }
+    return {name: percentiles_ms(values, (50, 95), digits=2) for name, values in times.items() if values}
 
 
 def settings(fake_v1: str, data_dir: Path, port: int, placement: str) -> dict[str, Any]:
@@ -211,20 +209,21 @@ def run(quick: bool) -> dict[str, Any]:
         children = [processes.memproxy_child("serve", settings(fake_v1, work / p, ports[p], p), work, p)
                     for p in PLACEMENTS]  # fmt: skip
         with processes.running(children):
-            for placement in PLACEMENTS:
-                url = f"http://127.0.0.1:{ports[placement]}"
-                rows = report["prefix_share"].setdefault(placement, {})
-                with httpx.Client(
-                    base_url=url, timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
-                ) as http:
+            for profile in PROFILES:
+                for placement in (*PLACEMENTS, "no_memory"):
+                    # "no_memory": recall off, the best any placement could do.
+                    port = ports["end" if placement == "no_memory" else placement]
+                    rows = report["prefix_share"].setdefault(profile, {}).setdefault(placement, {})
                     for surface in ("chat", "responses", "messages"):
-                        user = f"{placement}-{surface}"
-                        http.headers["X-Memproxy-User-Id"] = user
-                        bodies = forwarded(fake, converse(http, surface, user))
-                        wire = (
-                            "chat" if surface == "chat" else "responses"
-                        )  # /v1/messages reaches it translated
-                        shares = prefix_shares(encoding, wire, bodies)
+                        user = f"{profile}-{placement}-{surface}"
+                        headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": user,
+                                   "X-Memproxy-Recall": "off" if placement == "no_memory" else "on"}  # fmt: skip
+                        with httpx.Client(
+                            base_url=f"http://127.0.0.1:{port}", timeout=60, headers=headers
+                        ) as http:
+                            bodies = forwarded(fake, converse(http, surface, user, profile))
+                        # /v1/messages reaches the scripted upstream translated to its Responses API
+                        shares = prefix_shares(encoding, "chat" if surface == "chat" else "responses", bodies)
                         rows[surface] = {"mean": round(statistics.mean(shares), 4), "min": round(min(shares), 4),
                                          "last": round(shares[-1], 4)}  # fmt: skip
             samples = 40 if quick else 300
@@ -236,7 +235,7 @@ def run(quick: bool) -> dict[str, Any]:
                 upstream.url, samples, {"Authorization": f"Bearer {TOKEN}"}, ("chat", "responses")
             )
     direct["messages"] = direct["responses"]  # LiteLLM sends /v1/messages to the provider's Responses API
-    added = {name: round(via[name]["p50"] - direct[name]["p50"], 2) for name in via}
+    added = {name: round(via[name]["p50_ms"] - direct[name]["p50_ms"], 2) for name in via}
     report["latency_ms"] = {
         "through_memproxy": via,
         "direct_to_upstream": direct,

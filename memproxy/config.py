@@ -107,9 +107,10 @@ class RecallSettings(_Section):
     min_score: float = 0.0
     timeout_ms: int = Field(default=500, ge=1)
     cache_ttl_s: float = Field(default=60.0, ge=0)
-    # Where the memory block goes (``proxy.placement``): "end" keeps the caller's whole prompt
-    # a stable prefix for provider prompt caches (bench/prefix_cache.py).
-    placement: Literal["after_system", "end"] = "after_system"
+    # Where the memory block goes (``proxy.placement``). "end" keeps the caller's whole prompt a
+    # stable prefix for provider prompt caches; bench/prefix_cache.py measured it against
+    # "after_system" (README "Prompt caching"), hence the default.
+    placement: Literal["after_system", "end"] = "end"
 
 
 class MemorySettings(_Section):

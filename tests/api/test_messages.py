@@ -12,7 +12,7 @@ import pytest
 
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import captured, unique
-from tests.support.proxy import Proxy, proxy_settings, start_proxy
+from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
 from tests.support.surfaces import (
     anthropic_client,
     forwarded,
@@ -187,3 +187,22 @@ def test_native_anthropic_keeps_cache_control_and_appends_the_block(
     assert sent["messages"][2]["content"][0] == last[0]  # the breakpoint stays where the caller put it
     block = sent["messages"][2]["content"][1]
     assert block["type"] == "text" and memory_texts(block) and "cache_control" not in block
+
+
+def test_x_api_key_follows_keys_mode_tenants(keys_proxy: Proxy) -> None:
+    user = unique("u")
+    remember(keys_proxy, "User owns a red bicycle", user, token=KEYS[0]["key"])
+    ask = [{"role": "user", "content": "What bicycle do I own?"}]
+    own = anthropic_client(keys_proxy, KEYS[0]["key"], **{"X-Memproxy-User-Id": user})
+    other = anthropic_client(keys_proxy, KEYS[1]["key"], **{"X-Memproxy-User-Id": user})
+    assert own.messages.with_raw_response.create(model="gpt-4o-mini", max_tokens=50, messages=ask).headers[
+        "x-memproxy-recalled"
+    ] == "1"  # fmt: skip
+    assert other.messages.with_raw_response.create(model="gpt-4o-mini", max_tokens=50, messages=ask).headers[
+        "x-memproxy-recalled"
+    ] == "0"  # another tenant's memory is out of reach  # fmt: skip
+    with pytest.raises(anthropic.AuthenticationError) as caught:
+        anthropic_client(keys_proxy, "mp-key-unknown-0000000000").messages.create(
+            model="gpt-4o-mini", max_tokens=5, messages=ask
+        )
+    assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]

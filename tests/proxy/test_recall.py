@@ -115,9 +115,22 @@ def test_memory_never_leaks_to_another_scope(proxy: Proxy, fake: ScriptedUpstrea
         ([{"role": "system", "content": "You are terse."}, {"role": "system", "content": "Use metric."}], 2),
     ],
 )
+@pytest.fixture(scope="module")
+def after_system(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    """A memproxy with ``recall.placement: after_system`` (the default is ``end``)."""
+    settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("after-system"),
+                              recall={"placement": "after_system"})  # fmt: skip
+    server, handle = start_proxy(settings)
+    yield handle
+    server.stop()
+
+
 def test_injected_after_the_callers_system_messages(
-    proxy: Proxy, fake: ScriptedUpstream, leading: list[dict[str, Any]], expected_at: int
+    after_system: Proxy, fake: ScriptedUpstream, leading: list[dict[str, Any]], expected_at: int
 ) -> None:
+    proxy = after_system
     user = uid()
     remember(proxy, "Prefers green tea over coffee", user_id=user)
     needle = f"what tea do I drink {uuid.uuid4().hex[:6]}"
@@ -245,8 +258,8 @@ def test_callers_messages_are_forwarded_exactly(proxy: Proxy, fake: ScriptedUpst
     original = copy.deepcopy(sent)
     chat(proxy, sent, headers={"X-Memproxy-User-Id": user})
     forwarded = fake.find_chat(needle).body["messages"]
-    assert forwarded[1]["role"] == "system" and MEMORY_MARKER in forwarded[1]["content"]
-    assert [forwarded[0], *forwarded[2:]] == original
+    assert forwarded[-1]["role"] == "system" and MEMORY_MARKER in forwarded[-1]["content"]  # placement: end
+    assert forwarded[:-1] == original
 
 
 # -- fail open: a dedicated app whose query embeddings go to a failing or hanging model ------
