@@ -41,7 +41,9 @@ def native(
     root = upstream[1].removesuffix("/v1")
     alias = {"name": NATIVE, "litellm_params": {"model": "anthropic/claude-sonnet-4-5", "api_base": root,
                                                 "api_key": "sk-ant-scripted"}}  # fmt: skip
-    settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("native"), recall={"placement": "end"})
+    settings = proxy_settings(
+        upstream[1], tmp_path_factory.mktemp("native"), recall={"placement": "end", "timeout_ms": 10_000}
+    )
     settings.upstream.models.append(type(settings.upstream.models[0])(**alias))
     server, handle = start_proxy(settings)
     yield handle
@@ -192,7 +194,7 @@ def test_native_anthropic_keeps_cache_control_and_appends_the_block(
 def test_x_api_key_follows_keys_mode_tenants(keys_proxy: Proxy) -> None:
     user = unique("u")
     remember(keys_proxy, "User owns a red bicycle", user, token=KEYS[0]["key"])
-    ask = [{"role": "user", "content": "What bicycle do I own?"}]
+    ask: Any = [{"role": "user", "content": "What bicycle do I own?"}]
     own = anthropic_client(keys_proxy, KEYS[0]["key"], **{"X-Memproxy-User-Id": user})
     other = anthropic_client(keys_proxy, KEYS[1]["key"], **{"X-Memproxy-User-Id": user})
     assert own.messages.with_raw_response.create(model="gpt-4o-mini", max_tokens=50, messages=ask).headers[

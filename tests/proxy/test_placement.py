@@ -86,7 +86,9 @@ def end_proxy(
     upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxy]:
     settings = proxy_settings(
-        upstream[1], tmp_path_factory.mktemp("end"), recall={"placement": "end", "top_k": 3}
+        upstream[1],
+        tmp_path_factory.mktemp("end"),
+        recall={"placement": "end", "top_k": 3, "timeout_ms": 10_000},
     )
     server, handle = start_proxy(settings)
     yield handle

@@ -107,14 +107,6 @@ def test_memory_never_leaks_to_another_scope(proxy: Proxy, fake: ScriptedUpstrea
     assert len(memory_lines(fake.find_chat(own))) == 1
 
 
-@pytest.mark.parametrize(
-    ("leading", "expected_at"),
-    [
-        ([], 0),
-        ([{"role": "system", "content": "You are terse."}], 1),
-        ([{"role": "system", "content": "You are terse."}, {"role": "system", "content": "Use metric."}], 2),
-    ],
-)
 @pytest.fixture(scope="module")
 def after_system(
     upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
@@ -127,6 +119,14 @@ def after_system(
     server.stop()
 
 
+@pytest.mark.parametrize(
+    ("leading", "expected_at"),
+    [
+        ([], 0),
+        ([{"role": "system", "content": "You are terse."}], 1),
+        ([{"role": "system", "content": "You are terse."}, {"role": "system", "content": "Use metric."}], 2),
+    ],
+)
 def test_injected_after_the_callers_system_messages(
     after_system: Proxy, fake: ScriptedUpstream, leading: list[dict[str, Any]], expected_at: int
 ) -> None:
