@@ -58,9 +58,15 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     return float(created_at), job_id
 
 
-@router.get("/v1/jobs", dependencies=[allow_query("status", "limit", "cursor", "user_id", "agent_id")])
+@router.get(
+    "/v1/jobs", dependencies=[allow_query("status", "limit", "cursor", "user_id", "agent_id", "order")]
+)
 async def list_jobs(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    """``user_id`` / ``agent_id`` select exactly (absent: any), as the console's scope page needs."""
+    """``user_id`` / ``agent_id`` select exactly (absent: any), as the console's scope page needs;
+    ``order=desc`` lists newest first (a cursor continues in the order it was made in)."""
+    order = request.query_params.get("order") or "asc"
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "order must be asc or desc", param="order", code="invalid_value")
     status = request.query_params.get("status") or None
     if status is not None and status not in outbox.STATUSES:
         raise ApiError(400, f"status must be one of {', '.join(outbox.STATUSES)}", param="status",
@@ -71,7 +77,9 @@ async def list_jobs(request: Request, credential: CredentialDep, services: Servi
     query = request.query_params
     user_id, agent_id = (validate_id(query[k], k) if k in query else None for k in ("user_id", "agent_id"))
     jobs = await services.db.run(
-        lambda c: outbox.list_jobs(c, credential.tenant, status, limit + 1, after, user_id, agent_id)
+        lambda c: outbox.list_jobs(
+            c, credential.tenant, status, limit + 1, after, user_id, agent_id, newest_first=order == "desc"
+        )
     )
     page = jobs[:limit]
     next_cursor = encode_cursor(page[-1]) if len(jobs) > limit else None

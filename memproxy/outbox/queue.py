@@ -265,21 +265,24 @@ def list_jobs(
     after: tuple[float, str] | None = None,
     user_id: str | None = None,
     agent_id: str | None = None,
+    newest_first: bool = False,
 ) -> list[Job]:
-    """A tenant's jobs, oldest first (by ``(created_at, id)``), optionally of one status and/or
-    scope ids (``None``: any), optionally only those after the ``(created_at, id)`` of a
-    previous page's last job."""
+    """A tenant's jobs, oldest first (by ``(created_at, id)``; ``newest_first`` reverses it),
+    optionally of one status and/or scope ids (``None``: any), optionally only those after the
+    ``(created_at, id)`` of a previous page's last job in that order."""
     clauses: list[str] = ["tenant = ?"]
     params: list[Any] = [tenant]
     for column, value in (("status", status), ("user_id", user_id), ("agent_id", agent_id)):
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
+    beyond, order = ("<", "DESC") if newest_first else (">", "ASC")
     if after is not None:
-        clauses.append("(created_at > ? OR (created_at = ? AND id > ?))")
+        clauses.append(f"(created_at {beyond} ? OR (created_at = ? AND id {beyond} ?))")
         params.extend((after[0], after[0], after[1]))
     rows = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(clauses)} ORDER BY created_at, id LIMIT ?",
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(clauses)} "
+        f"ORDER BY created_at {order}, id {order} LIMIT ?",
         (*params, limit),
     ).fetchall()
     return [_job(r) for r in rows]

@@ -134,7 +134,7 @@ def test_job_messages_show_the_captured_turn_to_its_tenant_only(proxy: Proxy, ht
     assert http.get("/v1/jobs/job_missing/messages").status_code == 404
 
 
-def test_jobs_filter_by_scope_and_page(proxy: Proxy, http: httpx.Client, token: str) -> None:
+def test_jobs_filter_by_scope_and_page_both_ways(proxy: Proxy, http: httpx.Client, token: str) -> None:
     user = unique("jobs")
     ids = [say(proxy, f"Hello number {i}", user=user, token=token).job_id for i in range(3)]
     say(proxy, "Someone else", user=unique("other"), token=token)
@@ -150,6 +150,23 @@ def test_jobs_filter_by_scope_and_page(proxy: Proxy, http: httpx.Client, token: 
         if cursor is None:
             break
     assert got == ids
+    newest: list[str] = []
+    cursor = None
+    for _ in range(5):
+        params = {
+            "user_id": user,
+            "agent_id": "",
+            "limit": 2,
+            "order": "desc",
+            **({"cursor": cursor} if cursor else {}),
+        }
+        body = http.get("/v1/jobs", params=params).json()
+        newest += [j["id"] for j in body["data"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert newest == ids[::-1]
+    assert http.get("/v1/jobs", params={"order": "sideways"}).status_code == 400
     assert http.get("/v1/jobs", params={"bogus": "1"}).status_code == 400
 
 

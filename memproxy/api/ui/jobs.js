@@ -1,4 +1,4 @@
-// Jobs: the extraction outbox by status (attempts, last error, tokens, timing), retrying
+// Jobs: the extraction outbox by status, newest first (attempts, last error, tokens, timing), retrying
 // dead jobs, and one job's captured messages -- the turn a memory was extracted from.
 
 import { api } from "/ui/api.js";
@@ -21,7 +21,8 @@ export async function jobsPage(view, params, ctx) {
   const cursor = params.get("cursor") || "";
   const trail = (params.get("trail") || "").split(",").filter(Boolean);
   const page = await api("GET", "/v1/jobs", {
-    query: { status: status === "all" ? undefined : status, limit: PAGE, cursor: cursor || undefined, ...ids } });
+    query: { status: status === "all" ? undefined : status, limit: PAGE, cursor: cursor || undefined, order: "desc",
+      ...ids } });
   const scoped = "user_id" in ids || "agent_id" in ids;
 
   const tabs = h("nav", { class: "tabs", "aria-label": "Job status" }, [...STATUSES, "all"].map((s) =>
