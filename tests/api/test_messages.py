@@ -3,6 +3,7 @@ scripted upstream (translated to its Responses API, or natively to its ``/v1/mes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -208,3 +209,22 @@ def test_x_api_key_follows_keys_mode_tenants(keys_proxy: Proxy) -> None:
             model="gpt-4o-mini", max_tokens=5, messages=ask
         )
     assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+
+
+def test_client_disconnect_cancels_the_upstream_stream(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    before = fake.cancelled_streams
+    words = " ".join(f"w{i}" for i in range(60))
+    body = {
+        "model": "slow",
+        "max_tokens": 500,
+        "stream": True,
+        "messages": [{"role": "user", "content": words}],
+    }
+    with proxy.http() as http, http.stream("POST", "/v1/messages", json=body) as response:
+        for seen, _ in enumerate(response.iter_lines()):
+            if seen == 6:
+                break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 10
+    while fake.cancelled_streams == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.cancelled_streams == before + 1

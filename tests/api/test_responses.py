@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import openai
@@ -149,3 +150,32 @@ def test_bad_input_is_a_400(proxy: Proxy) -> None:
     with proxy.http() as http:
         response = http.post("/v1/responses", json={"model": "gpt-4o-mini", "input": 5})
     assert response.status_code == 400 and response.json()["error"]["param"] == "input"
+
+
+def test_client_disconnect_cancels_the_upstream_stream(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    before = fake.cancelled_streams
+    words = " ".join(f"w{i}" for i in range(60))
+    with (
+        proxy.http() as http,
+        http.stream(
+            "POST", "/v1/responses", json={"model": "slow", "input": words, "stream": True}
+        ) as response,
+    ):
+        for seen, _ in enumerate(response.iter_lines()):
+            if seen == 4:
+                break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 10
+    while fake.cancelled_streams == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.cancelled_streams == before + 1
+
+
+def test_recall_and_capture_switches(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    user = unique("u")
+    remember(proxy, "User owns a red bicycle", user)
+    headers = {"X-Memproxy-User-Id": user, "X-Memproxy-Recall": "off", "X-Memproxy-Capture": "off"}
+    raw = proxy.client(**headers).responses.with_raw_response.create(model="gpt-4o-mini", input="my bicycle?")
+    assert raw.headers["x-memproxy-recalled"] == "0" and raw.headers["x-memproxy-capture"] == "off"
+    assert not memory_texts(fake.requests_to("/responses")[-1].body)
+    anonymous = proxy.client().responses.with_raw_response.create(model="gpt-4o-mini", input="who am I?")
+    assert anonymous.headers["x-memproxy-capture"] == "off"  # no user or agent: memory is off
