@@ -25,6 +25,7 @@ from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
 from memproxy.metrics import Metrics
+from memproxy.model_access import CredentialGap, memory_credential_gaps, warn_about
 from memproxy.outbox import queue
 from memproxy.outbox.capture import Capture
 from memproxy.outbox.extractor import Extractor
@@ -55,6 +56,8 @@ class Services:
     worker: Worker | None = None
     # Flipped once every part has started; read by /readyz.
     ready: bool = False
+    # Memory's own model calls that will lack credentials (``model_access``); /readyz shows them.
+    credential_gaps: list[CredentialGap] = field(default_factory=list)
 
     def start_task(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` as an owned background task; a crash is logged and shows in /readyz."""
@@ -69,6 +72,12 @@ class Services:
                 raise
 
         self.tasks[name] = asyncio.create_task(guarded(), name=f"memproxy-{name}")
+
+    def memory_status(self) -> dict[str, object]:
+        """For /readyz: memory works, or is degraded and why (the proxy itself still serves)."""
+        if not self.credential_gaps:
+            return {"status": "ok"}
+        return {"status": "degraded", "problems": [gap.message() for gap in self.credential_gaps]}
 
     def health_problems(self) -> list[str]:
         problems = [
@@ -122,8 +131,11 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         metrics = metrics or Metrics()
         store.on_refused = metrics.memory_refused
         upstream = Upstream(settings.upstream)
+        gaps = memory_credential_gaps(settings)
+        warn_about(gaps)
         return Services(
             settings=settings,
+            credential_gaps=gaps,
             auth=Authenticator(settings.auth),
             upstream=upstream,
             db=db,
@@ -159,6 +171,9 @@ def build_worker(services: Services) -> Worker:
     """The worker for an open ``Services``: its extractor, metrics and capture wake-up wired."""
     settings = services.settings
     extractor = Extractor(services.upstream, settings.extraction, settings.upstream)
+    extractor.credential_gap = next(
+        (gap.message() for gap in services.credential_gaps if gap.setting == "extraction.model"), None
+    )
     worker = Worker(services.db, services.store, extractor, settings.extraction, clock=services.store.clock,
                     on_attempt=services.metrics.extraction_attempt)  # fmt: skip
     services.capture.on_enqueued = worker.notify

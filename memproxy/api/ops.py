@@ -22,9 +22,12 @@ async def readyz(request: Request) -> Response:
     if services is None or not services.ready:
         return JSONResponse({"status": "starting"}, status_code=503)
     problems = services.health_problems() if hasattr(services, "health_problems") else []
+    # Missing credentials for memory's own model calls degrade memory, not the proxy: the
+    # instance stays ready (200) so a load balancer keeps it, and says so in ``memory``.
+    memory = services.memory_status()
     if problems:
-        return JSONResponse({"status": "degraded", "problems": problems}, status_code=503)
-    return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "degraded", "problems": problems, "memory": memory}, status_code=503)
+    return JSONResponse({"status": "ready", "memory": memory})
 
 
 @router.get("/metrics")

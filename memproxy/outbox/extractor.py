@@ -64,6 +64,10 @@ small talk, not questions. Never store secrets (passwords, API keys, card number
 - Answer with the JSON object only."""
 
 
+class MissingCredentials(Exception):
+    """The extraction call failed and the start-up check found no credentials for it."""
+
+
 class ExtractionError(Exception):
     """The extractor's answer is unusable; the attempt failed and will be retried."""
 
@@ -195,6 +199,8 @@ class Extractor:
         self.upstream = upstream
         self.settings = settings
         self._credential = self._worker_credential(settings.model, upstream_settings)
+        # ``model_access``'s message when no credentials reach ``settings.model`` (set by services).
+        self.credential_gap: str | None = None
 
     def _worker_credential(self, model: str, upstream: UpstreamSettings) -> Credential | None:
         """A placeholder key only for a keyless OpenAI-compatible base URL (see module doc)."""
@@ -211,9 +217,15 @@ class Extractor:
             "messages": build_messages(data, self.settings.instructions),
             "response_format": {"type": "json_object"},
         }
-        # Not ``wait_for``: on Python 3.11 it can swallow a cancel (see ``Worker._idle``).
-        async with asyncio.timeout(self.settings.timeout_s):
-            response = await self.upstream.chat(body, self._credential)
+        try:
+            # Not ``wait_for``: on Python 3.11 it can swallow a cancel (see ``Worker._idle``).
+            async with asyncio.timeout(self.settings.timeout_s):
+                response = await self.upstream.chat(body, self._credential)
+        except Exception as exc:
+            if self.credential_gap is None:
+                raise
+            # The start-up check knew this would fail: say which setting is missing.
+            raise MissingCredentials(f"{self.credential_gap} (provider said: {exc})") from exc
         prompt, completion = _usage(response)
         choices = getattr(response, "choices", None) or []
         raw = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
