@@ -1,11 +1,14 @@
 FROM python:3.11-slim
 
+# docker stop sends SIGKILL 10 s after SIGTERM: a 7 s grace for in-flight streams leaves time
+# to stop the worker and write index snapshots. Raise it together with docker's --stop-timeout.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     MEMPROXY_SERVER__HOST=0.0.0.0 \
     MEMPROXY_SERVER__PORT=8080 \
-    MEMPROXY_STORAGE__DATA_DIR=/data
+    MEMPROXY_STORAGE__DATA_DIR=/data \
+    MEMPROXY_SERVER__SHUTDOWN_GRACE_S=7
 
 WORKDIR /app
 COPY pyproject.toml README.md ./

@@ -7,6 +7,7 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,12 +29,40 @@ def dump_stacks_on_sigusr1() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
+def check_data_dir(settings: Settings) -> None:
+    """Fail in one line, before anything starts, if the data dir cannot be written.
+
+    Otherwise SQLite fails inside the app's start-up and the user gets uvicorn's traceback;
+    the usual cause is a bind-mounted host directory the container's user does not own.
+    """
+    if getattr(settings.storage, "url", None):
+        return  # a database server holds the data; the data dir only holds index snapshots
+    from memproxy.db import database_path
+
+    data_dir = Path(settings.storage.data_dir)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=data_dir, prefix=".memproxy-write-check-"):
+            pass
+        database = database_path(data_dir)
+        if database.exists() and not os.access(database, os.R_OK | os.W_OK):
+            raise PermissionError(f"cannot read and write {database}")
+    except OSError as exc:
+        raise ConfigError(
+            f"data dir {data_dir} is not writable by this process (uid {os.getuid()}): {exc}. "
+            "With a bind mount, run the container as the directory's owner "
+            '(docker run --user "$(id -u):$(id -g)" …) or chown it to that uid; '
+            "or choose another storage.data_dir (MEMPROXY_STORAGE__DATA_DIR)."
+        ) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from memproxy.api.access_log import configure_logging
     from memproxy.api.app import create_app
     from memproxy.api.serving import serve
 
     settings = load(args)
+    check_data_dir(settings)
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()
     # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
@@ -65,6 +94,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from memproxy.services import run_worker_process
 
     settings = load(args)
+    check_data_dir(settings)
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()
     asyncio.run(run_worker_process(settings))

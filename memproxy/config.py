@@ -152,7 +152,7 @@ class Settings(_Section):
 
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> None:
-    """Overlay ``MEMPROXY_SECTION__KEY=value``; values are parsed as YAML scalars."""
+    """Overlay ``MEMPROXY_SECTION__KEY=value``; values are parsed as YAML (scalars, lists, maps)."""
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
