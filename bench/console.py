@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import re
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -82,7 +81,7 @@ async def seed(config: dict[str, Any], memories: int, scopes: int) -> dict[str, 
     return {"memory": edited, "dead_job": dead}
 
 
-def seed_jobs(conn: sqlite3.Connection, scopes: int) -> str:
+def seed_jobs(conn: Any, scopes: int) -> str:
     from memproxy.outbox import queue as outbox
     from memproxy.scope import Scope
 

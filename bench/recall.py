@@ -24,7 +24,7 @@ import numpy as np
 from stats import percentiles_ms
 
 from memproxy.config import IndexSettings
-from memproxy.db import Database
+from memproxy.db import SqliteDatabase as Database
 from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import text_hash

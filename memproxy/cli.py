@@ -56,12 +56,29 @@ def check_data_dir(settings: Settings) -> None:
         ) from None
 
 
+def check_storage(settings: Settings) -> None:
+    """With ``storage.url`` set, the database must answer at start (else exit 2 naming the key)."""
+    if not settings.storage.url:
+        return
+    import psycopg
+
+    from memproxy.pg import check_reachable
+
+    try:
+        check_reachable(settings.storage.url)
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"storage.url: cannot use the database: {reason}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    settings = load(args)
+    check_storage(settings)
+
     from memproxy.api.access_log import configure_logging
     from memproxy.api.app import create_app
     from memproxy.api.serving import serve
 
-    settings = load(args)
     check_data_dir(settings)
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()
@@ -94,6 +111,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from memproxy.services import run_worker_process
 
     settings = load(args)
+    check_storage(settings)
     check_data_dir(settings)
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()

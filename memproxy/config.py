@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "MEMPROXY_"
 
@@ -40,7 +41,28 @@ class ServerSettings(_Section):
 
 
 class StorageSettings(_Section):
+    # SQLite database and index snapshots; with ``url`` set, only this replica's snapshots.
     data_dir: Path = Path("./memproxy-data")
+    # ``postgresql://user:pass@host:5432/db``: Postgres is the shared source of truth.
+    url: str | None = None
+    # Postgres connections (and database threads) per process.
+    pool_size: int = Field(default=8, ge=1, le=256)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, url: str | None) -> str | None:
+        if url is None or url == "":
+            return None
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql:// URL, e.g. postgresql://user:pass@host:5432/memproxy")
+        if not parts.hostname and "host=" not in parts.query:
+            raise ValueError("must name a host, e.g. postgresql://user:pass@host:5432/memproxy")
+        return url
 
 
 class ModelAlias(_Section):

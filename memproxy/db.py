@@ -1,7 +1,11 @@
-"""The SQLite database: the source of truth for memories, history, messages and jobs.
+"""The database: the source of truth for memories, history, messages, jobs and the change log.
 
-Invariants:
-- One ``sqlite3.Connection`` per ``Database``, used only from its single worker thread
+``Database`` is what the rest of memproxy sees; ``open_database`` picks the engine: the
+embedded SQLite file (``SqliteDatabase``, the default) or Postgres when ``storage.url`` is
+set (``memproxy.pg``). Row functions receive an ``engine.Connection`` either way.
+
+SQLite invariants:
+- One ``sqlite3.Connection`` per ``SqliteDatabase``, used only from its single worker thread
   (``ThreadPoolExecutor(max_workers=1)``), so calls are serialized and never block the
   event loop. Callers pass a function; it owns its ``with conn:`` transaction.
 - WAL journal with ``synchronous=NORMAL``: a committed transaction is in the WAL file
@@ -12,8 +16,8 @@ Invariants:
 - ``secure_delete=ON``: deleted rows are overwritten with zeros, so "forget" erases text
   rather than leaving it in free pages; a ``wal_checkpoint(TRUNCATE)`` after it empties
   the WAL too.
-- Migrations are an ordered list of ``(name, sql)``; each is applied once, in its own
-  transaction, and recorded in ``migrations``. Never edit an applied migration; append.
+- Migrations (``memproxy.schema``) are applied once each, in a ``BEGIN IMMEDIATE``
+  transaction, and recorded in ``migrations``.
 - Another process (the ``memproxy worker``) may open the same file; WAL lets readers and
   one writer proceed together and ``busy_timeout`` absorbs writer contention.
 """
@@ -27,7 +31,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+from memproxy.config import StorageSettings
+from memproxy.engine import Connection, Engine, SqliteConnection
+from memproxy.schema import MIGRATIONS, statements
 
 log = logging.getLogger(__name__)
 
@@ -44,122 +52,6 @@ RESET_MARKER_NUM = 0
 def database_path(data_dir: Path) -> Path:
     """Where a data dir keeps its database: the one file that is the source of truth."""
     return Path(data_dir) / DB_FILENAME
-
-
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "0001_initial",
-        """
-        CREATE TABLE memories (
-            num INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT UNIQUE NOT NULL,
-            tenant TEXT NOT NULL,
-            scope_key TEXT NOT NULL,
-            user_id TEXT NOT NULL DEFAULT '',
-            agent_id TEXT NOT NULL DEFAULT '',
-            session_id TEXT NOT NULL DEFAULT '',
-            text TEXT NOT NULL,
-            text_hash TEXT NOT NULL,
-            source TEXT NOT NULL CHECK (source IN ('extracted', 'manual')),
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            expires_at REAL,
-            embedding BLOB,
-            embed_model TEXT,
-            UNIQUE (scope_key, text_hash)
-        );
-        CREATE INDEX memories_tenant_scope ON memories (tenant, scope_key, num);
-        CREATE INDEX memories_tenant_user_agent ON memories (tenant, user_id, agent_id, num);
-        CREATE INDEX memories_embed_model ON memories (embed_model);
-
-        CREATE TABLE history (
-            num INTEGER PRIMARY KEY,
-            memory_id TEXT NOT NULL,
-            tenant TEXT NOT NULL,
-            scope_key TEXT NOT NULL,
-            event TEXT NOT NULL CHECK (event IN ('ADD', 'UPDATE', 'DELETE')),
-            old_text TEXT,
-            new_text TEXT,
-            source TEXT NOT NULL,
-            created_at REAL NOT NULL
-        );
-        CREATE INDEX history_memory ON history (memory_id, num);
-        CREATE INDEX history_scope ON history (scope_key);
-
-        CREATE TABLE messages (
-            num INTEGER PRIMARY KEY,
-            tenant TEXT NOT NULL,
-            scope_key TEXT NOT NULL,
-            user_id TEXT NOT NULL DEFAULT '',
-            agent_id TEXT NOT NULL DEFAULT '',
-            session_id TEXT NOT NULL DEFAULT '',
-            job_id TEXT,
-            role TEXT NOT NULL,
-            content TEXT NOT NULL,
-            created_at REAL NOT NULL
-        );
-        CREATE INDEX messages_scope_session ON messages (scope_key, session_id, num);
-        CREATE INDEX messages_job ON messages (job_id);
-
-        CREATE TABLE jobs (
-            id TEXT PRIMARY KEY,
-            tenant TEXT NOT NULL,
-            scope_key TEXT NOT NULL,
-            user_id TEXT NOT NULL DEFAULT '',
-            agent_id TEXT NOT NULL DEFAULT '',
-            session_id TEXT NOT NULL DEFAULT '',
-            status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'dead')),
-            attempts INTEGER NOT NULL DEFAULT 0,
-            lease_owner TEXT,
-            lease_until REAL,
-            next_attempt_at REAL NOT NULL DEFAULT 0,
-            last_error TEXT,
-            prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            completion_tokens INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL
-        );
-        CREATE INDEX jobs_status_next ON jobs (status, next_attempt_at);
-        CREATE INDEX jobs_scope ON jobs (scope_key);
-        CREATE INDEX jobs_tenant_status ON jobs (tenant, status, created_at);
-
-        CREATE TABLE changes (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            tenant TEXT NOT NULL,
-            scope_key TEXT NOT NULL,
-            memory_num INTEGER NOT NULL,
-            op TEXT NOT NULL CHECK (op IN ('upsert', 'delete'))
-        );
-        CREATE INDEX changes_scope_seq ON changes (tenant, scope_key, seq);
-
-        CREATE TABLE meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        );
-        """,
-    ),
-    (
-        # For the console (issue 15). history.job_ids: the captured turns (jobs) an extracted
-        # change came from -- a batch coalesces several jobs, so a JSON array; NULL for manual
-        # writes. The jobs index lets GET /v1/scopes page a tenant's scopes in key order.
-        "0002_console",
-        """
-        ALTER TABLE history ADD COLUMN job_ids TEXT;
-        CREATE INDEX jobs_tenant_user_agent ON jobs (tenant, user_id, agent_id)
-        """,
-    ),
-    (
-        # GET /v1/scopes counts each listed scope's jobs by status and its expired memories:
-        # without these the planner walks every job of the tenant once per listed scope, and
-        # every memory row of a big scope to read its expiry.
-        "0003_scope_counts",
-        """
-        CREATE INDEX jobs_tenant_scope_status ON jobs (tenant, scope_key, status, updated_at);
-        CREATE INDEX memories_scope_expiry ON memories (tenant, scope_key, expires_at)
-        """,
-    ),
-]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -189,7 +81,7 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, str]] = MIGRAT
         try:
             done = conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone()
             if done is None:
-                for statement in _statements(sql):
+                for statement in statements(sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
                 applied.append(name)
@@ -202,18 +94,41 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, str]] = MIGRAT
     return applied
 
 
-def _statements(sql: str) -> list[str]:
-    # executescript() would COMMIT our transaction; split instead (no ';' inside our SQL).
-    return [s.strip() for s in sql.split(";") if s.strip()]
+class Database(Protocol):
+    """What stores, the outbox and the index need from either engine."""
+
+    engine: Engine
+
+    @property
+    def is_open(self) -> bool: ...
+
+    async def open(self) -> None: ...
+
+    async def run(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` off the event loop; ``fn`` owns its transaction (``with conn:``)."""
+        ...
+
+    async def checkpoint(self) -> None:
+        """Make deleted rows unrecoverable from the database files (after a forget)."""
+        ...
+
+    async def listen(self, channel: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when another process enqueues a job (returns at once if the
+        engine cannot tell)."""
+        ...
+
+    async def close(self) -> None: ...
 
 
-class Database:
+class SqliteDatabase:
     """An SQLite file plus the one thread allowed to touch its connection."""
+
+    engine: Engine = "sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._conn: SqliteConnection | None = None
 
     @property
     def is_open(self) -> bool:
@@ -226,13 +141,14 @@ class Database:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memproxy-db")
         loop = asyncio.get_running_loop()
         try:
-            self._conn = await loop.run_in_executor(self._executor, _connect, self.path)
-            await loop.run_in_executor(self._executor, migrate, self._conn)
+            raw = await loop.run_in_executor(self._executor, _connect, self.path)
+            self._conn = SqliteConnection(raw)
+            await loop.run_in_executor(self._executor, migrate, raw)
         except BaseException:
             await self._shutdown()
             raise
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, fn: Callable[[SqliteConnection], T]) -> T:
         """Run ``fn(conn)`` on the database thread; ``fn`` owns its transaction."""
         conn, executor = self._conn, self._executor
         if conn is None or executor is None:
@@ -243,6 +159,9 @@ class Database:
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it to zero bytes."""
         await self.run(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+
+    async def listen(self, channel: str, callback: Callable[[], None]) -> None:
+        return None  # other processes on this file are found by polling
 
     async def close(self) -> None:
         if self._conn is None:
@@ -260,5 +179,14 @@ class Database:
             return
         if conn is not None:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(executor, conn.close)
+            await loop.run_in_executor(executor, conn.raw.close)
         executor.shutdown(wait=True)
+
+
+def open_database(storage: StorageSettings) -> Database:
+    """The configured engine (not opened yet): Postgres when ``storage.url`` is set."""
+    if storage.url:
+        from memproxy.pg import PostgresDatabase
+
+        return PostgresDatabase(storage.url, pool_size=storage.pool_size)
+    return SqliteDatabase(database_path(storage.data_dir))

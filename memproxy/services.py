@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
-from memproxy.db import Database, database_path
+from memproxy.db import Database, open_database
 from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
@@ -123,7 +123,7 @@ class Services:
 
 async def open_services(settings: Settings, metrics: Metrics | None = None) -> Services:
     """Open the database and build every part; the caller starts background work."""
-    db = Database(database_path(settings.storage.data_dir))
+    db = open_database(settings.storage)
     await db.open()
     try:
         store = build_store(db, settings)

@@ -11,12 +11,32 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.postgres import PostgresServer, start_server
 from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
+from tests.support.storage_env import Storage
+
+ENGINES = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One Postgres server for the session (skips locally without one; fails in CI)."""
+    yield from start_server()
+
+
+@pytest.fixture(params=ENGINES)
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
+    """A fresh, empty store location on each engine: a temp data dir, plus a new schema on Postgres."""
+    if request.param == "sqlite":
+        return Storage(tmp_path)
+    server: PostgresServer = request.getfixturevalue("pg_server")
+    return Storage(tmp_path, server.fresh_url())
 
 
 @pytest.fixture(scope="session")
@@ -32,13 +52,19 @@ def fake(upstream: tuple[ScriptedUpstream, str]) -> ScriptedUpstream:
 
 
 @pytest.fixture(scope="session")
-def proxy(
+def sqlite_proxy(
     upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxy]:
     settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("passthrough"))
     server, handle = start_proxy(settings)
     yield handle
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(sqlite_proxy: Proxy) -> Proxy:
+    """The session's memproxy (passthrough auth, SQLite); see ``engine_proxy`` for both engines."""
+    return sqlite_proxy
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +80,28 @@ def keys_proxy(
     server, handle = start_proxy(settings)
     yield handle
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_proxy(
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    pg_server: PostgresServer,
+) -> Iterator[Proxy]:
+    """Like ``proxy``, with Postgres as its database."""
+    settings = proxy_settings(
+        upstream[1],
+        tmp_path_factory.mktemp("pg-passthrough"),
+        storage={"url": pg_server.fresh_url("proxy")},
+    )
+    server, handle = start_proxy(settings)
+    yield handle
+    server.stop()
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine_proxy(request: pytest.FixtureRequest) -> Proxy:
+    """The session's ``proxy`` on each engine; suites that must hold on both use it as ``proxy``."""
+    name = "sqlite_proxy" if request.param == "sqlite" else "pg_proxy"
+    handle: Proxy = request.getfixturevalue(name)
+    return handle

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from memproxy.config import ConfigError, find_config_path, load_settings
+from memproxy.testing.background_server import free_port
+from tests.support.postgres import PostgresServer
 
 
 def test_defaults_without_a_file() -> None:
@@ -55,6 +58,8 @@ def test_env_overrides_file_and_parses_types(tmp_path: Path) -> None:
             "same key twice",
         ),
         ("- just\n- a list\n", {}, "mapping"),
+        ("storage:\n  url: mysql://db/x\n", {}, "storage.url"),
+        ("{}", {"MEMPROXY_STORAGE__URL": "postgresql://h:99999/x"}, "storage.url"),
     ],
 )
 def test_invalid_config_names_the_key(
@@ -87,3 +92,19 @@ def test_serve_refuses_bad_config_with_exit_code_2(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "upstream.timeout_s" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_unreachable_database_is_exit_code_2_naming_the_key(
+    tmp_path: Path, command: str, pg_server: PostgresServer
+) -> None:
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/memproxy"  # nothing listens there
+    missing = pg_server.url.rsplit("/", 1)[0] + "/no_such_database"
+    for url in (closed, missing):
+        result = subprocess.run(
+            [sys.executable, "-m", "memproxy", command],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            env={**os.environ, "MEMPROXY_STORAGE__URL": url, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert "storage.url" in result.stderr and "Traceback" not in result.stderr

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memproxy.db import MIGRATIONS, Database, migrate
+from memproxy.db import SqliteDatabase as Database
+from memproxy.db import migrate
+from memproxy.engine import Connection
+from memproxy.schema import MIGRATIONS
 
 
 async def _pragma(db: Database, name: str) -> object:
@@ -36,13 +39,17 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
         for _ in range(2):
             db = Database(path)
             await db.open()
-            names = await db.run(lambda c: [r[0] for r in c.execute("SELECT name FROM migrations")])
+            names = await db.run(
+                lambda c: [r[0] for r in c.execute("SELECT name FROM migrations").fetchall()]
+            )
             assert names == [name for name, _ in MIGRATIONS]
             tables = await db.run(
-                lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                lambda c: {
+                    r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+                }
             )
             assert {"memories", "history", "messages", "jobs", "changes", "meta"} <= tables
-            assert await db.run(migrate) == []  # nothing left to apply
+            assert await db.run(lambda c: migrate(c.raw)) == []  # nothing left to apply
             await db.close()
 
     asyncio.run(body())
@@ -76,7 +83,7 @@ def test_close_truncates_the_wal(tmp_path: Path) -> None:
         db = Database(tmp_path / "m.sqlite3")
         await db.open()
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Connection) -> None:
             with conn:
                 conn.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
+from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.outbox import queue as outbox
 from memproxy.scope import validate_id
@@ -100,7 +100,7 @@ async def get_job(job_id: str, credential: CredentialDep, services: ServicesDep)
 async def job_messages(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
     """The turn the job captured (kept after extraction; erased when its scope is forgotten)."""
 
-    def read(conn: sqlite3.Connection) -> list[dict[str, object]] | None:
+    def read(conn: Connection) -> list[dict[str, object]] | None:
         if outbox.get_job(conn, credential.tenant, job_id) is None:
             return None
         return outbox.captured_messages(conn, credential.tenant, job_id)
@@ -116,7 +116,7 @@ async def retry_job(job_id: str, credential: CredentialDep, services: ServicesDe
     """Re-queue a dead job (fresh attempt budget); 409 for a done job (see module doc)."""
     now = services.store.clock()
 
-    def write(conn: sqlite3.Connection) -> outbox.Job | None:
+    def write(conn: Connection) -> outbox.Job | None:
         with conn:
             return outbox.retry(conn, credential.tenant, job_id, now)
 

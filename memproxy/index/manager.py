@@ -1,18 +1,18 @@
-"""Per-scope search indexes (FAISS vectors + BM25), derived from SQLite.
+"""Per-scope search indexes (FAISS vectors + BM25), derived from the database (SQLite or Postgres).
 
 Invariants:
-- SQLite commits first; every memory write also appends to ``changes`` in the same
-  transaction. The index is derived state and can always be rebuilt from SQLite.
+- The database commits first; every memory write also appends to ``changes`` in the same
+  transaction. The index is derived state and can always be rebuilt from the database.
 - A loaded scope records ``seq``, the last ``changes.seq`` it reflects. Before every
   search, ``max(seq)`` of the scope is read (an indexed lookup) and any newer changes are
-  replayed from SQLite. So the index agrees with SQLite even when another process wrote,
+  replayed from the database. So the index agrees with it even when another process wrote,
   or the process died between a commit and a snapshot.
 - Only vectors of the current embedder identity enter FAISS; every memory's text enters
   BM25, so rows awaiting re-embedding are still found lexically.
 - Snapshots are ``<data_dir>/index/<scope_key>.faiss`` (a hash, never raw ids), written
   to a temp file in the same directory, fsynced and ``os.replace``d. They carry format
   version, embedder identity, dim and seq, and a sha256 over header and payload; a
-  missing, stale or corrupt snapshot is rebuilt from SQLite (and logged).
+  missing, stale or corrupt snapshot is rebuilt from the database (and logged).
 - Per-scope ``asyncio.Lock`` serializes mutation and search of one scope; FAISS work
   that can be big runs in a worker thread, never on the event loop.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,6 +35,7 @@ import numpy.typing as npt
 
 from memproxy.config import IndexSettings
 from memproxy.db import RESET_MARKER_NUM
+from memproxy.engine import Connection
 from memproxy.index import snapshot as snapshot_file
 from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
@@ -86,45 +86,41 @@ class _Row:
     embedding: bytes | None
 
 
-def _read_scope_rows(conn: sqlite3.Connection, scope: Scope, identity: str) -> tuple[int, list[_Row]]:
-    """All rows of a scope plus the change seq they reflect, in one read transaction."""
-    conn.execute("BEGIN")
-    try:
+def _read_scope_rows(conn: Connection, scope: Scope, identity: str) -> tuple[int, list[_Row]]:
+    """All rows of a scope plus the change seq they reflect, in one consistent read."""
+    with conn.read_snapshot():
         seq = _max_seq(conn, scope)
         rows = conn.execute(
             "SELECT num, text, CASE WHEN embed_model = ? THEN embedding END FROM memories "
             "WHERE tenant = ? AND scope_key = ? ORDER BY num",
             (identity, scope.tenant, scope.key),
         ).fetchall()
-    finally:
-        conn.execute("COMMIT")
-    return seq, [_Row(r[0], r[1], r[2]) for r in rows]
+    return seq, [_Row(r[0], r[1], _bytes(r[2])) for r in rows]
 
 
-def _read_changes(
-    conn: sqlite3.Connection, scope: Scope, after: int, identity: str
-) -> tuple[int, list[_Row]]:
+def _read_changes(conn: Connection, scope: Scope, after: int, identity: str) -> tuple[int, list[_Row]]:
     """Current state of every memory changed after ``after`` (last change per num wins).
 
     A row with num ``RESET_MARKER_NUM`` means the scope was forgotten meanwhile.
     """
-    conn.execute("BEGIN")
-    try:
+    with conn.read_snapshot():
         rows = conn.execute(
-            "SELECT c.memory_num, max(c.seq), m.text, "
-            "CASE WHEN m.embed_model = ? THEN m.embedding END "
-            "FROM changes c LEFT JOIN memories m "
-            "ON m.num = c.memory_num AND m.tenant = c.tenant AND m.scope_key = c.scope_key "
-            "WHERE c.tenant = ? AND c.scope_key = ? AND c.seq > ? GROUP BY c.memory_num",
-            (identity, scope.tenant, scope.key, after),
+            "SELECT c.memory_num, c.seq, m.text, CASE WHEN m.embed_model = ? THEN m.embedding END "
+            "FROM (SELECT memory_num, max(seq) AS seq FROM changes "
+            "      WHERE tenant = ? AND scope_key = ? AND seq > ? GROUP BY memory_num) c "
+            "LEFT JOIN memories m ON m.num = c.memory_num AND m.tenant = ? AND m.scope_key = ?",
+            (identity, scope.tenant, scope.key, after, scope.tenant, scope.key),
         ).fetchall()
-    finally:
-        conn.execute("COMMIT")
     seq = max((int(r[1]) for r in rows), default=after)
-    return seq, [_Row(r[0], r[2], r[3]) for r in rows]
+    return seq, [_Row(r[0], r[2], _bytes(r[3])) for r in rows]
 
 
-def _max_seq(conn: sqlite3.Connection, scope: Scope) -> int:
+def _bytes(blob: bytes | memoryview | None) -> bytes | None:
+    # Postgres hands BYTEA back as bytes or memoryview depending on the path; SQLite as bytes.
+    return None if blob is None else bytes(blob)
+
+
+def _max_seq(conn: Connection, scope: Scope) -> int:
     row = conn.execute(
         "SELECT max(seq) FROM changes WHERE scope_key = ? AND tenant = ?", (scope.key, scope.tenant)
     ).fetchone()
@@ -225,7 +221,7 @@ class IndexManager:
             await asyncio.to_thread(self._delete_files, key)
 
     async def rebuild(self, scope: Scope) -> LoadedScope:
-        """Discard the in-memory and on-disk index of a scope and rebuild it from SQLite."""
+        """Discard the in-memory and on-disk index of a scope and rebuild it from the database."""
         await self.drop_scope(scope)
         entry = await self._get(scope)
         await self.snapshot(scope)
@@ -268,7 +264,7 @@ class IndexManager:
         # A scope without memories or snapshot is simply new: not worth an INFO line.
         level = logging.DEBUG if not rows and reason == "no snapshot" else logging.INFO
         log.log(
-            level, "rebuilt index of scope %s from SQLite: %s; %d memories in %.0f ms",
+            level, "rebuilt index of scope %s from the database: %s; %d memories in %.0f ms",
             scope.key[:12], reason, len(rows), (time.perf_counter() - started) * 1000,
         )  # fmt: skip
         return entry
@@ -307,7 +303,7 @@ class IndexManager:
         entry.seq = max(seq, entry.seq)
 
     async def _reset(self, entry: LoadedScope) -> None:
-        """The scope was forgotten elsewhere: rebuild from SQLite, drop the old snapshot."""
+        """The scope was forgotten elsewhere: rebuild from the database, drop the old snapshot."""
         scope = entry.scope
         seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
         fresh = await asyncio.to_thread(self._build, scope, seq, rows)

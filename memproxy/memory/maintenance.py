@@ -18,13 +18,13 @@ Invariants:
 from __future__ import annotations
 
 import re
-import sqlite3
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memproxy.config import Settings
 from memproxy.db import database_path
+from memproxy.engine import Connection
 from memproxy.errors import ApiError
 from memproxy.memory.store import MemoryStore, open_store
 from memproxy.memory.transfer import parse_jsonl, to_jsonl
@@ -75,13 +75,15 @@ class ReindexResult:
     orphan_snapshots_removed: int
 
 
-def _scopes(conn: sqlite3.Connection, scope_key: str | None) -> list[tuple[Scope, int]]:
+def _scopes(conn: Connection, scope_key: str | None) -> list[tuple[Scope, int]]:
     sql = "SELECT tenant, user_id, agent_id, count(*) FROM memories"
     params: tuple[Any, ...] = ()
     if scope_key is not None:
         sql += " WHERE scope_key = ?"
         params = (scope_key,)
-    rows = conn.execute(sql + " GROUP BY scope_key ORDER BY min(num)", params).fetchall()
+    rows = conn.execute(
+        sql + " GROUP BY scope_key, tenant, user_id, agent_id ORDER BY min(num)", params
+    ).fetchall()
     return [(Scope(r[0], r[1], r[2]), int(r[3])) for r in rows]
 
 

@@ -1,7 +1,7 @@
-"""Memory rows in SQLite: sync functions that callers compose inside one transaction.
+"""Memory rows (SQLite or Postgres, see ``memproxy.engine``): sync functions that callers compose inside one transaction.
 
 Invariants:
-- SQLite is the source of truth. Every write of a memory also writes its ``history`` event
+- The database is the source of truth. Every write of a memory also writes its ``history`` event
   and a ``changes`` row in the same transaction; the index replays ``changes``.
 - Every query filters by ``tenant``; a memory of another tenant is indistinguishable from
   a missing one (``None``).
@@ -19,7 +19,6 @@ import base64
 import hashlib
 import json
 import re
-import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.db import RESET_MARKER_NUM
+from memproxy.engine import Connection, IntegrityError
 from memproxy.errors import ApiError
 from memproxy.scope import Scope
 from memproxy.times import iso, parse_time
@@ -113,7 +113,7 @@ def _memory(row: Sequence[Any]) -> Memory:
     )  # fmt: skip
 
 
-def _record(conn: sqlite3.Connection, memory: Memory, event: str, old: str | None, new: str | None,
+def _record(conn: Connection, memory: Memory, event: str, old: str | None, new: str | None,
             source: str, now: float, job_ids: Sequence[str] = ()) -> None:  # fmt: skip
     """The history event and the change-log row that go with every memory write.
 
@@ -138,7 +138,7 @@ def _check_source(source: str) -> None:
 
 
 def insert_memory(
-    conn: sqlite3.Connection,
+    conn: Connection,
     scope: Scope,
     text: str,
     *,
@@ -171,8 +171,9 @@ def insert_memory(
         f"VALUES ({', '.join('?' * len(params))}) RETURNING {_COLUMNS}"
     )
     try:
-        row = conn.execute(sql, params).fetchone()
-    except sqlite3.IntegrityError:
+        with conn.savepoint():
+            row = conn.execute(sql, params).fetchone()
+    except IntegrityError:
         existing = conn.execute(
             "SELECT id, expires_at FROM memories WHERE tenant = ? AND scope_key = ? AND text_hash = ?",
             (scope.tenant, scope.key, digest),
@@ -189,7 +190,7 @@ def insert_memory(
 
 
 def update_memory(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tenant: str,
     memory_id: str,
     *,
@@ -223,11 +224,12 @@ def update_memory(
         sets.append("expires_at = ?")
         params.append(expires_at)
     try:
-        row = conn.execute(
-            f"UPDATE memories SET {', '.join(sets)} WHERE tenant = ? AND num = ? RETURNING {_COLUMNS}",
-            (*params, tenant, current.num),
-        ).fetchone()
-    except sqlite3.IntegrityError:
+        with conn.savepoint():
+            row = conn.execute(
+                f"UPDATE memories SET {', '.join(sets)} WHERE tenant = ? AND num = ? RETURNING {_COLUMNS}",
+                (*params, tenant, current.num),
+            ).fetchone()
+    except IntegrityError:
         existing = conn.execute(
             "SELECT id FROM memories WHERE tenant = ? AND scope_key = ? AND text_hash = ?",
             (tenant, current.scope_key, text_hash(text or "")),
@@ -244,7 +246,7 @@ def update_memory(
     return memory
 
 
-def delete_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, *, source: str, now: float,
+def delete_memory(conn: Connection, tenant: str, memory_id: str, *, source: str, now: float,
                   job_ids: Sequence[str] = ()) -> bool:  # fmt: skip
     """Delete a memory (expired ones too); history DELETE + change. False if not found."""
     row = conn.execute(
@@ -257,7 +259,7 @@ def delete_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, *, sour
     return True
 
 
-def get_memory(conn: sqlite3.Connection, tenant: str, memory_id: str, now: float) -> Memory | None:
+def get_memory(conn: Connection, tenant: str, memory_id: str, now: float) -> Memory | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND id = ? AND {_VISIBLE}",
         (tenant, memory_id, now),
@@ -291,7 +293,7 @@ def _scope_filter(tenant: str, user_id: str | None, agent_id: str | None) -> tup
 
 
 def list_memories(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tenant: str,
     user_id: str | None,
     agent_id: str | None,
@@ -323,7 +325,7 @@ def list_memories(
 
 
 def hydrate(
-    conn: sqlite3.Connection, scope: Scope, nums: Iterable[int], now: float, embed_model: str
+    conn: Connection, scope: Scope, nums: Iterable[int], now: float, embed_model: str
 ) -> dict[int, tuple[Memory, bytes | None]]:
     """Visible memories of ``scope`` by num, with their vector if it is of ``embed_model``."""
     wanted = list(nums)
@@ -338,7 +340,7 @@ def hydrate(
     return {r[0]: (_memory(r), r[13]) for r in rows}
 
 
-def get_history(conn: sqlite3.Connection, tenant: str, memory_id: str) -> list[dict[str, Any]] | None:
+def get_history(conn: Connection, tenant: str, memory_id: str) -> list[dict[str, Any]] | None:
     """A memory's events, oldest first (also after deletion); None if the tenant never had it."""
     rows = conn.execute(
         "SELECT event, old_text, new_text, created_at, source, job_ids FROM history "
@@ -354,7 +356,7 @@ def get_history(conn: sqlite3.Connection, tenant: str, memory_id: str) -> list[d
     ]  # fmt: skip
 
 
-def forget_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, int]:
+def forget_scope(conn: Connection, scope: Scope) -> dict[str, int]:
     """Erase every row of a scope; returns deleted counts per table.
 
     Leaves one reset marker in ``changes`` (no text) so an index loaded in another
@@ -374,7 +376,7 @@ def forget_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, int]:
 
 
 def export_rows(
-    conn: sqlite3.Connection, tenant: str, user_id: str | None, agent_id: str | None, now: float
+    conn: Connection, tenant: str, user_id: str | None, agent_id: str | None, now: float
 ) -> list[dict[str, Any]]:
     """Visible memories as JSON-ready dicts (the contract shape), in insertion order."""
     where, params = _scope_filter(tenant, user_id, agent_id)
@@ -385,7 +387,7 @@ def export_rows(
 
 
 def import_rows(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tenant: str,
     rows: Sequence[dict[str, Any]],
     embeddings: npt.NDArray[np.float32] | None,

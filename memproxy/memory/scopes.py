@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from memproxy.engine import Connection
 from memproxy.errors import ApiError
 from memproxy.scope import Scope
 from memproxy.times import iso
@@ -88,7 +88,7 @@ def _filters(tenant: str, after: tuple[str, str] | None, user_id: str | None, ag
 
 
 def list_scopes(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tenant: str,
     *,
     limit: int,
@@ -119,7 +119,7 @@ def list_scopes(
     return [summarize(conn, Scope(tenant, u, a), now) for u, a in page], next_cursor
 
 
-def _skip_scan(conn: sqlite3.Connection, table: str, tenant: str, after: tuple[str, str] | None,
+def _skip_scan(conn: Connection, table: str, tenant: str, after: tuple[str, str] | None,
                user_id: str | None, agent_id: str | None, limit: int) -> list[tuple[str, str]]:  # fmt: skip
     """The next ``limit`` distinct (user_id, agent_id) after ``after``: one index seek each, so a
     scope with 100k memories costs what a scope with one does (a DISTINCT would read them all)."""
@@ -135,7 +135,7 @@ def _skip_scan(conn: sqlite3.Connection, table: str, tenant: str, after: tuple[s
     return keys
 
 
-def summarize(conn: sqlite3.Connection, scope: Scope, now: float) -> ScopeSummary:
+def summarize(conn: Connection, scope: Scope, now: float) -> ScopeSummary:
     """Counts and last activity of one scope (index seeks and index-only counts).
 
     Last activity is the newest history event (every memory add, text change and delete

@@ -2,7 +2,7 @@
 
 Invariants:
 - Each operation embeds first (off the database thread), then does one ``db.run`` whose
-  function owns a single transaction; so SQLite commits before the index hears of it,
+  function owns a single transaction; so the database commits before the index hears of it,
   and the index learns of it from the change log on its next search.
 - A memory of another tenant, a missing one and an expired one are the same answer:
   ``not_found()`` (404).
@@ -11,7 +11,8 @@ Invariants:
 - Every text it stores passes ``guards.check_text`` (no secrets, at most
   ``memory.max_chars``), whatever the write path; a refusal is reported to ``on_refused``.
 - Forgetting a scope deletes its rows, its index and snapshot files, then checkpoints
-  the WAL (TRUNCATE) so no copy of the text survives in the ``-wal`` file.
+  (SQLite: WAL TRUNCATE, so no copy survives in the ``-wal`` file; Postgres: VACUUM).
+  Other replicas learn of it from the change log's reset marker.
 
 The sync, composable row functions live in ``memproxy.memory.rows`` (re-exported here).
 """
@@ -19,7 +20,6 @@ The sync, composable row functions live in ``memproxy.memory.rows`` (re-exported
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import Settings
-from memproxy.db import Database, database_path
+from memproxy.db import Database, open_database
+from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
@@ -62,7 +63,7 @@ def _check_metadata(metadata: object) -> dict[str, Any] | None:
     return metadata
 
 
-def _set_meta(conn: sqlite3.Connection, values: dict[str, str]) -> dict[str, str]:
+def _set_meta(conn: Connection, values: dict[str, str]) -> dict[str, str]:
     """Store ``values`` in ``meta``; return what was there before."""
     with conn:
         before = {k: v for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
@@ -134,7 +135,7 @@ class MemoryStore:
         vector = await self._embed_one(text)
         identity, now = self.embedder.identity, self.clock()
 
-        def write(conn: sqlite3.Connection) -> Memory:
+        def write(conn: Connection) -> Memory:
             with conn:
                 return rows.insert_memory(
                     conn, scope, text, embedding=vector, embed_model=identity, source=source, now=now,
@@ -185,7 +186,7 @@ class MemoryStore:
         vector = None if text is None else await self._embed_one(text)
         identity, now = self.embedder.identity, self.clock()
 
-        def write(conn: sqlite3.Connection) -> Memory | None:
+        def write(conn: Connection) -> Memory | None:
             with conn:
                 return rows.update_memory(
                     conn, tenant, memory_id, source=source, now=now, text=text, embedding=vector,
@@ -201,7 +202,7 @@ class MemoryStore:
     async def delete(self, tenant: str, memory_id: str, *, source: str = "manual") -> None:
         now = self.clock()
 
-        def write(conn: sqlite3.Connection) -> bool:
+        def write(conn: Connection) -> bool:
             with conn:
                 if rows.get_memory(conn, tenant, memory_id, now) is None:
                     return False  # expired counts as gone for the API too
@@ -219,7 +220,7 @@ class MemoryStore:
     async def forget_scope(self, scope: Scope) -> dict[str, int]:
         """Erase a scope for real: rows, index, snapshots, and the WAL copy of them."""
 
-        def write(conn: sqlite3.Connection) -> dict[str, int]:
+        def write(conn: Connection) -> dict[str, int]:
             with conn:
                 return rows.forget_scope(conn, scope)
 
@@ -250,7 +251,7 @@ class MemoryStore:
         vectors = await self.embedder.embed([item["text"] for item in items]) if items else None
         identity, now = self.embedder.identity, self.clock()
 
-        def write(conn: sqlite3.Connection) -> dict[str, int]:
+        def write(conn: Connection) -> dict[str, int]:
             with conn:
                 return rows.import_rows(conn, tenant, items, vectors, identity, now)
 
@@ -296,7 +297,8 @@ class MemoryStore:
         identity = self.embedder.identity
         row = await self.db.run(
             lambda c: c.execute(
-                "SELECT count(*) FROM memories WHERE embed_model IS NOT ? OR embedding IS NULL", (identity,)
+                "SELECT count(*) FROM memories WHERE embed_model IS NULL OR embed_model <> ? OR embedding IS NULL",
+                (identity,),
             ).fetchone()
         )
         return int(row[0])
@@ -316,9 +318,10 @@ class MemoryStore:
         return done
 
 
-def _stale_batch(conn: sqlite3.Connection, identity: str, after: int, batch: int) -> list[tuple[int, str]]:
+def _stale_batch(conn: Connection, identity: str, after: int, batch: int) -> list[tuple[int, str]]:
     found = conn.execute(
-        "SELECT num, text FROM memories WHERE num > ? AND (embed_model IS NOT ? OR embedding IS NULL) "
+        "SELECT num, text FROM memories "
+        "WHERE num > ? AND (embed_model IS NULL OR embed_model <> ? OR embedding IS NULL) "
         "ORDER BY num LIMIT ?",
         (after, identity, batch),
     ).fetchall()
@@ -326,7 +329,7 @@ def _stale_batch(conn: sqlite3.Connection, identity: str, after: int, batch: int
 
 
 def _store_vectors(
-    conn: sqlite3.Connection, todo: list[tuple[int, str]], vectors: npt.NDArray[np.float32], identity: str
+    conn: Connection, todo: list[tuple[int, str]], vectors: npt.NDArray[np.float32], identity: str
 ) -> int:
     """Save new vectors unless the text changed meanwhile; log a change for the index."""
     stored = 0
@@ -356,7 +359,7 @@ def build_store(db: Database, settings: Settings) -> MemoryStore:
 @asynccontextmanager
 async def open_store(settings: Settings) -> AsyncIterator[MemoryStore]:
     """Open a data dir's store outside the server (operator tools, benchmarks)."""
-    db = Database(database_path(settings.storage.data_dir))
+    db = open_database(settings.storage)
     await db.open()
     try:
         store = build_store(db, settings)

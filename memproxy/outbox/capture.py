@@ -19,13 +19,13 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memproxy.db import Database
+from memproxy.engine import Connection
 from memproxy.headers import CAPTURE_RESULT
 from memproxy.messages import content_text
 from memproxy.outbox import queue as outbox
@@ -187,7 +187,7 @@ class Capture:
 async def enqueue_turn(
     db: Database, job_id: str, scope: Scope, session_id: str, messages: list[dict[str, Any]], now: float
 ) -> None:
-    def write(conn: sqlite3.Connection) -> None:
+    def write(conn: Connection) -> None:
         with conn:
             outbox.enqueue(conn, job_id, scope, session_id, messages, now)
 

@@ -11,22 +11,23 @@ Invariants:
   Every state change a worker makes checks it still holds the lease (``owner``), so a
   worker that lost its lease can never complete or fail a job another worker holds.
 - At most one batch of a scope is leased at a time (claims skip scopes with a live
-  lease), so two workers never extract from the same scope's memories concurrently.
+  lease), so two workers never extract from the same scope's memories concurrently,
+  in one process or across machines on Postgres (see ``claim``).
 - Functions that API callers use take the tenant and filter by it; another tenant's job
   is indistinguishable from a missing one. The sync functions never commit, except
-  ``claim`` (its own ``BEGIN IMMEDIATE`` transaction) and ``extend`` (a heartbeat).
+  ``claim`` (its own exclusive transaction) and ``extend`` (a heartbeat).
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memproxy.engine import JOBS_CHANNEL, Connection
 from memproxy.scope import Scope
 from memproxy.times import iso
 
@@ -96,7 +97,7 @@ def encode_message(message: dict[str, Any]) -> str:
 
 
 def enqueue(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job_id: str,
     scope: Scope,
     session_id: str,
@@ -118,43 +119,72 @@ def enqueue(
         "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
         (job_id, scope.tenant, scope.key, scope.user_id, scope.agent_id, session_id, now, now, now),
     )
+    conn.notify(JOBS_CHANNEL)  # Postgres: wakes idle workers on every machine at commit
 
 
-def claim(conn: sqlite3.Connection, owner: str, now: float, lease_s: float, max_jobs: int) -> list[Job]:
+_DUE = "((status = 'pending' AND next_attempt_at <= :now) OR (status = 'running' AND lease_until < :now))"
+_LIVE_LEASE = (
+    "SELECT 1 FROM jobs o WHERE o.scope_key = {scope} AND o.tenant = {tenant} "
+    "AND o.status = 'running' AND o.lease_until >= :now"
+)
+# Scopes another claimer holds right now are skipped; after this many, give up this round.
+_MAX_SKIPPED_SCOPES = 16
+
+
+def claim(conn: Connection, owner: str, now: float, lease_s: float, max_jobs: int) -> list[Job]:
     """Lease the oldest due job plus up to ``max_jobs - 1`` more due jobs of its scope.
 
     Due: pending with ``next_attempt_at <= now``, or running with an expired lease.
     Scopes with a live lease are skipped. Returns [] when nothing is due.
+
+    SQLite: ``BEGIN IMMEDIATE`` makes this the only claimer. Postgres: claimers run
+    concurrently; rows another claimer locked are skipped (``FOR UPDATE SKIP LOCKED``) and
+    a transaction-level advisory lock on the scope key keeps two claimers out of one scope.
+    Whoever gets that lock re-checks for a live lease in a fresh statement, so a scope
+    claimed (and committed) a moment ago is seen.
     """
-    due = "((status = 'pending' AND next_attempt_at <= :now) OR (status = 'running' AND lease_until < :now))"
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        first = conn.execute(
-            f"SELECT tenant, scope_key FROM jobs j WHERE {due} AND NOT EXISTS ("
-            "  SELECT 1 FROM jobs o WHERE o.scope_key = j.scope_key AND o.tenant = j.tenant"
-            "  AND o.status = 'running' AND o.lease_until >= :now) "
-            "ORDER BY created_at, rowid LIMIT 1",
-            {"now": now},
-        ).fetchone()
+    with conn.exclusive():
+        first = _claimable_scope(conn, now)
         if first is None:
-            conn.execute("COMMIT")
             return []
         rows = conn.execute(
             f"UPDATE jobs SET status = 'running', lease_owner = :owner, lease_until = :until, "
             f"attempts = attempts + 1, updated_at = :now WHERE id IN ("
-            f"  SELECT id FROM jobs WHERE tenant = :tenant AND scope_key = :scope AND {due} "
-            f"  ORDER BY created_at, rowid LIMIT :limit) RETURNING {_JOB_COLUMNS}",
+            f"  SELECT id FROM jobs WHERE tenant = :tenant AND scope_key = :scope AND {_DUE} "
+            f"  ORDER BY created_at, rowid LIMIT :limit{conn.skip_locked}) RETURNING {_JOB_COLUMNS}",
             {"now": now, "owner": owner, "until": now + lease_s, "tenant": first[0], "scope": first[1],
              "limit": max_jobs},
         ).fetchall()  # fmt: skip
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     return sorted((_job(r) for r in rows), key=lambda job: job.created_at)
 
 
-def _owned_update(conn: sqlite3.Connection, job_ids: Sequence[str], owner: str, sets: str,
+def _claimable_scope(conn: Connection, now: float) -> tuple[str, str] | None:
+    """(tenant, scope_key) of the oldest due job whose scope this transaction now holds."""
+    skipped: list[str] = []
+    while len(skipped) <= _MAX_SKIPPED_SCOPES:
+        marks = "".join(f", :skip{i}" for i in range(len(skipped)))
+        first = conn.execute(
+            f"SELECT tenant, scope_key FROM jobs j WHERE {_DUE} "
+            f"AND j.scope_key NOT IN (''{marks}) "
+            f"AND NOT EXISTS ({_LIVE_LEASE.format(scope='j.scope_key', tenant='j.tenant')}) "
+            f"ORDER BY created_at, rowid LIMIT 1{conn.skip_locked}",
+            {"now": now, **{f"skip{i}": key for i, key in enumerate(skipped)}},
+        ).fetchone()
+        if first is None:
+            return None
+        tenant, scope_key = str(first[0]), str(first[1])
+        if conn.try_lock(scope_key):
+            live = conn.execute(
+                _LIVE_LEASE.format(scope=":scope", tenant=":tenant"),
+                {"scope": scope_key, "tenant": tenant, "now": now},
+            ).fetchone()
+            if live is None:
+                return tenant, scope_key
+        skipped.append(scope_key)
+    return None
+
+
+def _owned_update(conn: Connection, job_ids: Sequence[str], owner: str, sets: str,
                   params: dict[str, Any]) -> None:  # fmt: skip
     marks = ", ".join(f":id{i}" for i in range(len(job_ids)))
     cursor = conn.execute(
@@ -173,7 +203,7 @@ def token_shares(total: int, parts: int) -> list[int]:
     return [base + (1 if i < rest else 0) for i in range(parts)]
 
 
-def _add_tokens(conn: sqlite3.Connection, job_ids: Sequence[str], prompt: int, completion: int) -> None:
+def _add_tokens(conn: Connection, job_ids: Sequence[str], prompt: int, completion: int) -> None:
     for job_id, p, c in zip(job_ids, token_shares(prompt, len(job_ids)),
                             token_shares(completion, len(job_ids)), strict=True):  # fmt: skip
         conn.execute(
@@ -184,7 +214,7 @@ def _add_tokens(conn: sqlite3.Connection, job_ids: Sequence[str], prompt: int, c
 
 
 def complete(
-    conn: sqlite3.Connection, job_ids: Sequence[str], owner: str, now: float, *, prompt_tokens: int = 0,
+    conn: Connection, job_ids: Sequence[str], owner: str, now: float, *, prompt_tokens: int = 0,
     completion_tokens: int = 0,
 ) -> None:  # fmt: skip
     """Mark leased jobs done (raises ``LeaseLost``, so the caller's transaction rolls back)."""
@@ -200,7 +230,7 @@ def backoff_delay(attempts: int, base_s: float, max_s: float, rng: random.Random
 
 
 def fail(
-    conn: sqlite3.Connection,
+    conn: Connection,
     jobs: Sequence[Job],
     owner: str,
     error: str,
@@ -228,7 +258,7 @@ def fail(
     return dead
 
 
-def extend(conn: sqlite3.Connection, job_ids: Sequence[str], owner: str, lease_until: float) -> int:
+def extend(conn: Connection, job_ids: Sequence[str], owner: str, lease_until: float) -> int:
     """Push the lease of jobs still held by ``owner`` forward (a heartbeat while working)."""
     marks = ", ".join("?" * len(job_ids))
     with conn:
@@ -239,18 +269,18 @@ def extend(conn: sqlite3.Connection, job_ids: Sequence[str], owner: str, lease_u
     return cursor.rowcount
 
 
-def release(conn: sqlite3.Connection, owner: str, now: float) -> int:
+def release(conn: Connection, owner: str, now: float) -> int:
     """Give back every lease ``owner`` holds (shutdown): pending again, attempt not counted."""
     cursor = conn.execute(
         "UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until = NULL, "
-        "attempts = max(attempts - 1, 0), next_attempt_at = ?, updated_at = ? "
+        "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, next_attempt_at = ?, updated_at = ? "
         "WHERE status = 'running' AND lease_owner = ?",
         (now, now, owner),
     )
     return cursor.rowcount
 
 
-def get_job(conn: sqlite3.Connection, tenant: str, job_id: str) -> Job | None:
+def get_job(conn: Connection, tenant: str, job_id: str) -> Job | None:
     row = conn.execute(
         f"SELECT {_JOB_COLUMNS} FROM jobs WHERE tenant = ? AND id = ?", (tenant, job_id)
     ).fetchone()
@@ -258,7 +288,7 @@ def get_job(conn: sqlite3.Connection, tenant: str, job_id: str) -> Job | None:
 
 
 def list_jobs(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tenant: str,
     status: str | None,
     limit: int = 100,
@@ -288,7 +318,7 @@ def list_jobs(
     return [_job(r) for r in rows]
 
 
-def captured_messages(conn: sqlite3.Connection, tenant: str, job_id: str) -> list[dict[str, Any]]:
+def captured_messages(conn: Connection, tenant: str, job_id: str) -> list[dict[str, Any]]:
     """The turn a job captured, in capture order, as the API shows it (tenant-bound)."""
     rows = conn.execute(
         "SELECT role, content, session_id, created_at FROM messages WHERE tenant = ? AND job_id = ? "
@@ -300,7 +330,7 @@ def captured_messages(conn: sqlite3.Connection, tenant: str, job_id: str) -> lis
     ]
 
 
-def retry(conn: sqlite3.Connection, tenant: str, job_id: str, now: float) -> Job | None:
+def retry(conn: Connection, tenant: str, job_id: str, now: float) -> Job | None:
     """Re-queue a dead job with a fresh attempt budget. None if the tenant has no such job.
 
     Jobs that are not dead are returned unchanged (retrying them would be a no-op or,
@@ -316,7 +346,7 @@ def retry(conn: sqlite3.Connection, tenant: str, job_id: str, now: float) -> Job
     return get_job(conn, tenant, job_id)
 
 
-def job_messages(conn: sqlite3.Connection, job_ids: Sequence[str]) -> list[tuple[int, str, dict[str, Any]]]:
+def job_messages(conn: Connection, job_ids: Sequence[str]) -> list[tuple[int, str, dict[str, Any]]]:
     """The captured messages of jobs as ``(num, session_id, message)``, in capture order."""
     marks = ", ".join("?" * len(job_ids))
     rows = conn.execute(
@@ -327,7 +357,7 @@ def job_messages(conn: sqlite3.Connection, job_ids: Sequence[str]) -> list[tuple
 
 
 def earlier_messages(
-    conn: sqlite3.Connection, tenant: str, scope_key: str, session_id: str, before_num: int, limit: int
+    conn: Connection, tenant: str, scope_key: str, session_id: str, before_num: int, limit: int
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` messages of a session captured before ``before_num``, oldest first."""
     if limit <= 0 or not session_id:
@@ -340,7 +370,7 @@ def earlier_messages(
     return [json.loads(r[0]) for r in reversed(rows)]
 
 
-def count_by_status(conn: sqlite3.Connection) -> dict[str, int]:
+def count_by_status(conn: Connection) -> dict[str, int]:
     """Jobs per status across tenants (for metrics and readiness)."""
     counts = dict.fromkeys(STATUSES, 0)
     for status, n in conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall():

@@ -24,7 +24,6 @@ import asyncio
 import logging
 import os
 import socket
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import numpy.typing as npt
 
 from memproxy.config import ExtractionSettings
 from memproxy.db import Database
+from memproxy.engine import Connection
 from memproxy.memory import rows
 from memproxy.memory.rows import DuplicateMemory, Memory
 from memproxy.memory.store import MemoryStore
@@ -64,7 +64,7 @@ class _Batch:
     session_id: str
 
 
-def _read_batch(conn: sqlite3.Connection, jobs: list[Job], context_limit: int) -> _Batch:
+def _read_batch(conn: Connection, jobs: list[Job], context_limit: int) -> _Batch:
     found = outbox.job_messages(conn, [job.id for job in jobs])
     first_num: dict[str, int] = {}
     for num, session_id, _ in found:
@@ -119,7 +119,7 @@ class Worker:
             released = await self.db.run(self._release)
             log.info("extraction worker %s stopped; %d lease(s) released", self.owner, released)
 
-    def _release(self, conn: sqlite3.Connection) -> int:
+    def _release(self, conn: Connection) -> int:
         with conn:
             return outbox.release(conn, self.owner, self.clock())
 
@@ -218,7 +218,7 @@ class Worker:
         error = f"{type(exc).__name__}: {exc}"
         s, now = self.settings, self.clock()
 
-        def write(conn: sqlite3.Connection) -> list[str]:
+        def write(conn: Connection) -> list[str]:
             with conn:
                 return outbox.fail(conn, jobs, self.owner, error, now, max_attempts=s.max_attempts,
                                    backoff_base_s=s.backoff_base_s, backoff_max_s=s.backoff_max_s,
@@ -234,7 +234,7 @@ class Worker:
 
     def _apply(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         batch: _Batch,
         operations: list[Operation],
         vectors: list[npt.NDArray[np.float32] | None],
@@ -254,7 +254,7 @@ class Worker:
 
 
 def _apply_one(
-    conn: sqlite3.Connection,
+    conn: Connection,
     scope: Scope,
     op: Operation,
     vector: npt.NDArray[np.float32] | None,

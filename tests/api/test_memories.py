@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from memproxy.auth import passthrough_tenant
 from memproxy.scope import Scope
 from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.memory_flow import query as db_query
 from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
 
 ALPHA, BETA = KEYS[0]["key"], KEYS[1]["key"]
@@ -32,6 +32,12 @@ FACTS = [
     "The cat is named Pixel",
     "Dislikes horror movies",
 ]
+
+
+@pytest.fixture
+def proxy(engine_proxy: Proxy) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres)."""
+    return engine_proxy
 
 
 def uid(prefix: str = "u") -> str:
@@ -180,11 +186,10 @@ def test_messages_instead_of_text_queue_a_job(http: httpx.Client, proxy: Proxy) 
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]
     token = http.headers["authorization"].split()[1]
-    with sqlite3.connect(proxy.data_dir / "memproxy.sqlite3") as conn:
-        job = conn.execute("SELECT tenant, user_id, session_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        roles = [
-            r[0] for r in conn.execute("SELECT role FROM messages WHERE job_id = ? ORDER BY num", (job_id,))
-        ]
+    (job,) = db_query(proxy, "SELECT tenant, user_id, session_id FROM jobs WHERE id = ?", (job_id,))
+    roles = [
+        r[0] for r in db_query(proxy, "SELECT role FROM messages WHERE job_id = ? ORDER BY num", (job_id,))
+    ]
     assert job == (passthrough_tenant(token), user, "s-7")
     assert roles == ["user", "assistant"]  # system prompts are not captured
     # The worker extracts it like a captured chat turn.
@@ -195,9 +200,8 @@ def test_messages_instead_of_text_queue_a_job(http: httpx.Client, proxy: Proxy) 
 
 
 def _job_status(proxy: Proxy, job_id: str) -> str:
-    with sqlite3.connect(proxy.data_dir / "memproxy.sqlite3") as conn:
-        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    return str(row[0]) if row else "missing"
+    rows = db_query(proxy, "SELECT status FROM jobs WHERE id = ?", (job_id,))
+    return str(rows[0][0]) if rows else "missing"
 
 
 # --- duplicates ---------------------------------------------------------------------------
@@ -457,13 +461,13 @@ def test_import_rejects_a_bad_line_naming_it(http: httpx.Client, lines: list[Any
 # --- tenant isolation ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=["keys", "passthrough"])
+@pytest.fixture(params=["keys", "passthrough-sqlite", "passthrough-postgres"])
 def two_tenants(request: pytest.FixtureRequest) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     if request.param == "keys":
         server: Proxy = request.getfixturevalue("keys_proxy")
         tokens = (ALPHA, BETA)
     else:
-        server = request.getfixturevalue("proxy")
+        server = request.getfixturevalue("sqlite_proxy" if request.param.endswith("sqlite") else "pg_proxy")
         tokens = (f"sk-owner-{uuid.uuid4().hex[:8]}", f"sk-intruder-{uuid.uuid4().hex[:8]}")
     with server.http(tokens[0]) as owner, server.http(tokens[1]) as intruder:
         yield owner, intruder

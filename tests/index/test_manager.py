@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from memproxy.config import IndexSettings
-from memproxy.db import Database
+from memproxy.db import SqliteDatabase as Database
+from memproxy.engine import SqliteConnection
 from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import delete_memory, insert_memory
@@ -83,7 +84,8 @@ def test_corrupt_snapshot_is_detected_and_rebuilt(tmp_path: Path, caplog: pytest
 
 def _crash_writes(path: Path) -> tuple[str, str]:
     """Commit rows the way the worker does, with no index or snapshot involved."""
-    conn = sqlite3.connect(path)
+    raw = sqlite3.connect(path)
+    conn = SqliteConnection(raw)
     now = time.time()
     with conn:
         added = insert_memory(conn, SCOPE, "late memory about the zeppelin museum", embedding=HashEmbedder(256)
@@ -91,7 +93,7 @@ def _crash_writes(path: Path) -> tuple[str, str]:
                               embed_model="hash:256", source="extracted", now=now)  # fmt: skip
         victim = conn.execute("SELECT id FROM memories WHERE text LIKE 'item 3:%'").fetchone()[0]
         delete_memory(conn, SCOPE.tenant, victim, source="extracted", now=now)
-    conn.close()
+    raw.close()
     return added.id, victim
 
 

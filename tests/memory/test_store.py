@@ -1,20 +1,19 @@
-"""MemoryStore against a real SQLite file, real FAISS and the hash embedder."""
+"""MemoryStore on each engine (an SQLite file, a Postgres schema), real FAISS, the hash embedder."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
+from memproxy.engine import Connection
 from memproxy.errors import ApiError
 from memproxy.index.embedder import HashEmbedder
 from memproxy.memory.rows import DuplicateMemory, normalize_text
 from memproxy.scope import Scope
-from tests.support.storage_env import all_bytes, open_store
+from tests.support.storage_env import Storage, all_bytes, open_store
 
 ALICE = Scope("tenant-a", "alice", "")
 BOB_OTHER_TENANT = Scope("tenant-b", "alice", "")
@@ -33,9 +32,9 @@ FILLER = [
 ]
 
 
-def test_add_get_and_api_shape(tmp_path: Path) -> None:
+def test_add_get_and_api_shape(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             memory = await store.add(ALICE, "  Likes green tea  ", session_id="s1", metadata={"k": 1})
             got = (await store.get("tenant-a", memory.id)).to_api()
             assert got["text"] == "Likes green tea" and got["metadata"] == {"k": 1}
@@ -46,11 +45,11 @@ def test_add_get_and_api_shape(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_exact_duplicates_are_rejected_by_the_database(tmp_path: Path) -> None:
+def test_exact_duplicates_are_rejected_by_the_database(storage: Storage) -> None:
     assert normalize_text("  I live in   BERLIN!! ") == "i live in berlin"
 
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             first = await store.add(ALICE, "I live in Berlin.")
             for variant in ("i live in berlin", "I  LIVE in Berlin!", " I live in\tBerlin? "):
                 with pytest.raises(DuplicateMemory) as caught:
@@ -66,11 +65,11 @@ def test_exact_duplicates_are_rejected_by_the_database(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_keyword_only_match_is_found(tmp_path: Path) -> None:
+def test_keyword_only_match_is_found(storage: Storage) -> None:
     query = "when will the delivery of zx-4471 arrive at the house"
 
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             for text in FILLER:
                 await store.add(ALICE, text)
             for i in range(40):  # paraphrases of the query's other words crowd the vector side
@@ -88,9 +87,9 @@ def test_keyword_only_match_is_found(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_expired_memories_are_invisible(tmp_path: Path) -> None:
+def test_expired_memories_are_invisible(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             clock = [time.time()]
             store.clock = lambda: clock[0]
             memory = await store.add(ALICE, "Temporary code word flamingo", expires_at=clock[0] + 60)
@@ -108,9 +107,9 @@ def test_expired_memories_are_invisible(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_update_writes_history_and_old_text_is_not_found(tmp_path: Path) -> None:
+def test_update_writes_history_and_old_text_is_not_found(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             for text in FILLER:
                 await store.add(ALICE, text)
             memory = await store.add(ALICE, "Favourite fruit is mango")
@@ -131,9 +130,9 @@ def test_update_writes_history_and_old_text_is_not_found(tmp_path: Path) -> None
     asyncio.run(body())
 
 
-def test_delete_hides_everywhere_but_keeps_history(tmp_path: Path) -> None:
+def test_delete_hides_everywhere_but_keeps_history(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             memory = await store.add(ALICE, "Parking spot number 42B")
             await store.search(ALICE, "parking")  # load the index first
             await store.delete("tenant-a", memory.id)
@@ -147,9 +146,9 @@ def test_delete_hides_everywhere_but_keeps_history(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_other_tenant_sees_and_changes_nothing(tmp_path: Path) -> None:
+def test_other_tenant_sees_and_changes_nothing(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             memory = await store.add(ALICE, "Secret project codename Bluebird")
             other = "tenant-b"
             for call in (
@@ -171,9 +170,9 @@ def test_other_tenant_sees_and_changes_nothing(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_list_pagination_with_cursor(tmp_path: Path) -> None:
+def test_list_pagination_with_cursor(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             ids = [(await store.add(ALICE, f"fact number {i}")).id for i in range(25)]
             await store.add(Scope("tenant-a", "bob", ""), "not alice")
             seen, cursor, pages = [], None, 0
@@ -193,7 +192,7 @@ def test_list_pagination_with_cursor(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def _add_message_and_job(conn: sqlite3.Connection, scope: Scope, marker: str) -> None:
+def _add_message_and_job(conn: Connection, scope: Scope, marker: str) -> None:
     with conn:
         conn.execute(
             "INSERT INTO messages (tenant, scope_key, user_id, role, content, created_at) VALUES (?, ?, ?, 'user', ?, 0)",
@@ -206,12 +205,22 @@ def _add_message_and_job(conn: sqlite3.Connection, scope: Scope, marker: str) ->
         )
 
 
-def test_forget_leaves_no_trace_under_the_data_dir(tmp_path: Path) -> None:
+def _rows_mentioning(conn: Connection, marker: str) -> int:
+    found = 0
+    for table, column in (("memories", "text"), ("history", "new_text"), ("messages", "content"),
+                          ("jobs", "last_error")):  # fmt: skip
+        found += conn.execute(
+            f"SELECT count(*) FROM {table} WHERE {column} LIKE ?", (f"%{marker}%",)
+        ).fetchone()[0]
+    return int(found)
+
+
+def test_forget_leaves_no_trace_under_the_data_dir(storage: Storage) -> None:
     marker = "qzxv-marker-7731"
     other = Scope("tenant-a", "carol", "")
 
     async def body() -> dict[str, int]:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             for text in FILLER:
                 await store.add(other, text)
             memory = await store.add(ALICE, f"The vault code is {marker}")
@@ -220,23 +229,26 @@ def test_forget_leaves_no_trace_under_the_data_dir(tmp_path: Path) -> None:
             await store.db.run(lambda c: _add_message_and_job(c, ALICE, marker))
             assert await store.search(ALICE, marker) and await store.search(other, "peanuts")
             assert await store.index.snapshot_dirty() == 2
-            assert any(marker.encode() in data for data in all_bytes(tmp_path).values())
+            if storage.engine == "sqlite":
+                assert any(marker.encode() in data for data in all_bytes(storage.data_dir).values())
+            assert await store.db.run(lambda c: _rows_mentioning(c, marker)) > 0
             counts = await store.forget_scope(ALICE)
-            for path, data in all_bytes(tmp_path).items():  # still open: WAL truncated already
+            for path, data in all_bytes(storage.data_dir).items():  # still open: WAL truncated already
                 assert marker.encode() not in data, path
+            assert await store.db.run(lambda c: _rows_mentioning(c, marker)) == 0
             assert await store.search(ALICE, marker) == []
             assert (await store.search(other, "peanuts"))[0][0].text == "Alice is allergic to peanuts"
             return counts
 
     counts = asyncio.run(body())
     assert counts == {"memories": 2, "history": 3, "messages": 1, "jobs": 1, "changes": 3}
-    for path, data in all_bytes(tmp_path).items():
+    for path, data in all_bytes(storage.data_dir).items():
         assert marker.encode() not in data, path
 
 
-def test_export_import_round_trip(tmp_path: Path) -> None:
+def test_export_import_round_trip(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path) as store:
+        async with open_store(storage) as store:
             await store.add(ALICE, "Likes jazz", metadata={"tag": "music"}, expires_at=time.time() + 3600)
             await store.add(ALICE, "Speaks Portuguese", session_id="s9")
             exported = await store.export("tenant-a", "alice", "")
@@ -256,13 +268,13 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_changed_embedder_reembeds_and_stays_searchable(tmp_path: Path) -> None:
+def test_changed_embedder_reembeds_and_stays_searchable(storage: Storage) -> None:
     async def body() -> None:
-        async with open_store(tmp_path, embedder=HashEmbedder(256)) as store:
+        async with open_store(storage, embedder=HashEmbedder(256)) as store:
             for text in FILLER:
                 await store.add(ALICE, text)
             assert await store.search(ALICE, "peanuts")
-        async with open_store(tmp_path, embedder=HashEmbedder(128)) as store:
+        async with open_store(storage, embedder=HashEmbedder(128)) as store:
             assert await store.stale_count() == len(FILLER)
             hit = (await store.search(ALICE, "peanuts"))[0]  # lexical only meanwhile
             assert hit[0].text == "Alice is allergic to peanuts"

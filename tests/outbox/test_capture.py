@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, ScriptedUpstream
@@ -21,8 +22,14 @@ from tests.support.proxy import Proxy
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
+@pytest.fixture
+def proxy(engine_proxy: Proxy) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres)."""
+    return engine_proxy
+
+
 def rows_mentioning(proxy: Proxy, needle: str) -> list[tuple[object, ...]]:
-    return query(proxy.data_dir, "SELECT job_id, role FROM messages WHERE content LIKE ?", (f"%{needle}%",))
+    return query(proxy, "SELECT job_id, role FROM messages WHERE content LIKE ?", (f"%{needle}%",))
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -31,7 +38,7 @@ def test_turn_is_captured_with_the_reply(proxy: Proxy, stream: bool) -> None:
     turn = say(proxy, text, user=unique("u"), session="s1", stream=stream)
     assert turn.status == 200 and turn.job_id.startswith("job_")
     assert turn.text == f"You said: {text}"
-    assert captured(proxy.data_dir, turn.job_id) == [
+    assert captured(proxy, turn.job_id) == [
         {"role": "user", "content": text},
         {"role": "assistant", "content": turn.text},
     ]
@@ -47,7 +54,7 @@ def test_tool_calls_and_tool_results_are_captured(proxy: Proxy, stream: bool) ->
     )
     call = {"id": "call_scripted_1", "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"query": "weather in Paris"})}}  # fmt: skip
-    assert captured(proxy.data_dir, first.job_id) == [
+    assert captured(proxy, first.job_id) == [
         {"role": "user", "content": ask},
         {"role": "assistant", "content": None, "tool_calls": [call]},
     ]
@@ -57,8 +64,8 @@ def test_tool_calls_and_tool_results_are_captured(proxy: Proxy, stream: bool) ->
         {"role": "tool", "tool_call_id": "call_scripted_1", "content": "Sunny, 21C"},
     ]
     second = chat(proxy.url, history, user=user, stream=stream)
-    assert [m["role"] for m in captured(proxy.data_dir, second.job_id)] == ["tool", "assistant"]
-    assert captured(proxy.data_dir, second.job_id)[0] == {
+    assert [m["role"] for m in captured(proxy, second.job_id)] == ["tool", "assistant"]
+    assert captured(proxy, second.job_id)[0] == {
         "role": "tool", "tool_call_id": "call_scripted_1", "content": "Sunny, 21C"}  # fmt: skip
 
 
@@ -68,7 +75,7 @@ def test_resent_history_is_not_captured_again(proxy: Proxy) -> None:
     history = [{"role": "user", "content": old}, {"role": "assistant", "content": first.text},
                {"role": "user", "content": new}]  # fmt: skip
     second = chat(proxy.url, history, user=user)
-    assert captured(proxy.data_dir, second.job_id) == [
+    assert captured(proxy, second.job_id) == [
         {"role": "user", "content": new}, {"role": "assistant", "content": second.text}]  # fmt: skip
     assert len(rows_mentioning(proxy, old)) == 2  # the first turn's user message and its reply only
 
@@ -87,7 +94,7 @@ def test_system_messages_and_injected_memories_are_never_captured(
     assert any(
         m["role"] == "system" and MEMORY_MARKER in m["content"] and fact in m["content"] for m in forwarded
     )
-    stored = captured(proxy.data_dir, turn.job_id)
+    stored = captured(proxy, turn.job_id)
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert fact in (turn.text or "")  # the reply mentions the memory, so it is in the reply only
     assert not any(MEMORY_MARKER in json.dumps(m) or system in json.dumps(m) for m in stored)
@@ -137,8 +144,22 @@ def test_capture_off_and_memory_off_capture_nothing(proxy: Proxy, stream: bool) 
 
 @pytest.fixture
 def failing_outbox(proxy: Proxy) -> Iterator[str]:
-    """A real write failure: a trigger makes SQLite refuse this user's job rows."""
+    """A real write failure: a trigger makes the database refuse this user's job rows."""
     user = unique("broken-disk")
+    url = proxy.settings.storage.url
+    if url:
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute("CREATE FUNCTION refuse_capture() RETURNS trigger LANGUAGE plpgsql AS "
+                       "$$ BEGIN RAISE EXCEPTION 'disk says no'; END $$")  # fmt: skip
+            pg.execute(f"CREATE TRIGGER refuse_capture BEFORE INSERT ON jobs FOR EACH ROW "
+                       f"WHEN (NEW.user_id = '{user}') EXECUTE FUNCTION refuse_capture()")  # fmt: skip
+        try:
+            yield user
+        finally:
+            with psycopg.connect(url, autocommit=True) as pg:
+                pg.execute("DROP TRIGGER refuse_capture ON jobs")
+                pg.execute("DROP FUNCTION refuse_capture()")
+        return
     conn = sqlite3.connect(proxy.data_dir / DB_NAME, timeout=5)
     conn.execute(f"CREATE TRIGGER refuse_capture BEFORE INSERT ON jobs WHEN NEW.user_id = '{user}' "
                  "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")  # fmt: skip

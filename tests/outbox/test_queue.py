@@ -1,19 +1,18 @@
-"""The outbox's job states on a real SQLite file: leases, coalescing, backoff, dead, retry."""
+"""The outbox's job states on each engine (SQLite file, Postgres schema): leases, coalescing, backoff, dead, retry."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from memproxy.db import Database
+from memproxy.engine import Connection
 from memproxy.outbox import queue as outbox
 from memproxy.scope import Scope
+from tests.support.storage_env import Storage
 
 T = TypeVar("T")
 ALICE = Scope("tenant-a", "alice", "")
@@ -21,9 +20,9 @@ BOB = Scope("tenant-a", "bob", "")
 OTHER_TENANT = Scope("tenant-b", "alice", "")
 
 
-def in_db(tmp_path: Path, fn: Callable[[sqlite3.Connection], T]) -> T:
+def in_db(storage: Storage, fn: Callable[[Connection], T]) -> T:
     async def run() -> T:
-        db = Database(tmp_path / "memproxy.sqlite3")
+        db = storage.database()
         await db.open()
         try:
             return await db.run(fn)
@@ -33,15 +32,15 @@ def in_db(tmp_path: Path, fn: Callable[[sqlite3.Connection], T]) -> T:
     return asyncio.run(run())
 
 
-def enqueue(conn: sqlite3.Connection, scope: Scope, now: float, text: str = "hi", session: str = "s") -> str:
+def enqueue(conn: Connection, scope: Scope, now: float, text: str = "hi", session: str = "s") -> str:
     job_id = outbox.new_job_id()
     with conn:
         outbox.enqueue(conn, job_id, scope, session, [{"role": "user", "content": text}], now)
     return job_id
 
 
-def test_enqueue_writes_messages_and_pending_job(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_enqueue_writes_messages_and_pending_job(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         job_id = enqueue(conn, ALICE, 100.0, "I live in Paris")
         job = outbox.get_job(conn, ALICE.tenant, job_id)
         assert job is not None and job.status == "pending" and job.attempts == 0
@@ -50,11 +49,11 @@ def test_enqueue_writes_messages_and_pending_job(tmp_path: Path) -> None:
         ]
         assert outbox.get_job(conn, OTHER_TENANT.tenant, job_id) is None  # tenant-filtered
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_claim_coalesces_one_scope_up_to_the_bound(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_claim_coalesces_one_scope_up_to_the_bound(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         alice_jobs = [enqueue(conn, ALICE, 100.0 + i) for i in range(5)]
         enqueue(conn, BOB, 99.0)  # older, other scope: claimed first, alone
         first = outbox.claim(conn, "w1", now=200.0, lease_s=30, max_jobs=8)
@@ -65,11 +64,11 @@ def test_claim_coalesces_one_scope_up_to_the_bound(tmp_path: Path) -> None:
         # The rest of alice's scope waits while the scope holds a live lease.
         assert outbox.claim(conn, "w2", now=201.0, lease_s=30, max_jobs=8) == []
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_expired_lease_is_reclaimed_and_the_old_owner_cannot_finish(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_expired_lease_is_reclaimed_and_the_old_owner_cannot_finish(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         job_id = enqueue(conn, ALICE, 100.0)
         assert [j.id for j in outbox.claim(conn, "w1", 100.0, lease_s=10, max_jobs=8)] == [job_id]
         assert outbox.claim(conn, "w2", 105.0, lease_s=10, max_jobs=8) == []  # lease still live
@@ -86,11 +85,11 @@ def test_expired_lease_is_reclaimed_and_the_old_owner_cannot_finish(tmp_path: Pa
             and (done.prompt_tokens, done.completion_tokens) == (7, 3)
         )
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_failures_back_off_then_die_and_retry_requeues(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_failures_back_off_then_die_and_retry_requeues(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         job_id = enqueue(conn, ALICE, 0.0)
         now = 0.0
         for attempt in range(1, 4):
@@ -118,11 +117,11 @@ def test_failures_back_off_then_die_and_retry_requeues(tmp_path: Path) -> None:
         assert requeued is not None and requeued.status == "pending" and requeued.attempts == 0
         assert [j.id for j in outbox.claim(conn, "w", now, 60, 8)] == [job_id]
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_release_gives_back_leases_without_spending_an_attempt(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_release_gives_back_leases_without_spending_an_attempt(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         job_id = enqueue(conn, ALICE, 0.0)
         outbox.claim(conn, "w1", 1.0, lease_s=60, max_jobs=8)
         with conn:
@@ -132,22 +131,22 @@ def test_release_gives_back_leases_without_spending_an_attempt(tmp_path: Path) -
         assert job is not None and (job.status, job.attempts, job.lease_owner) == ("pending", 0, None)
         assert [j.id for j in outbox.claim(conn, "w2", 2.0, 60, 8)] == [job_id]
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_heartbeat_extends_only_own_leases(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_heartbeat_extends_only_own_leases(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         job_id = enqueue(conn, ALICE, 0.0)
         outbox.claim(conn, "w1", 0.0, lease_s=10, max_jobs=8)
         assert outbox.extend(conn, [job_id], "w2", 100.0) == 0
         assert outbox.extend(conn, [job_id], "w1", 100.0) == 1
         assert outbox.claim(conn, "w2", 50.0, 10, 8) == []  # extended past 50
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
-def test_earlier_messages_window_is_per_session_and_bounded(tmp_path: Path) -> None:
-    def check(conn: sqlite3.Connection) -> None:
+def test_earlier_messages_window_is_per_session_and_bounded(storage: Storage) -> None:
+    def check(conn: Connection) -> None:
         for i in range(6):
             enqueue(conn, ALICE, float(i), f"turn {i}", session="s1")
         enqueue(conn, ALICE, 7.0, "other session", session="s2")
@@ -156,7 +155,7 @@ def test_earlier_messages_window_is_per_session_and_bounded(tmp_path: Path) -> N
         window = outbox.earlier_messages(conn, ALICE.tenant, ALICE.key, "s1", num, limit=3)
         assert [m["content"] for m in window] == ["turn 3", "turn 4", "turn 5"]
 
-    in_db(tmp_path, check)
+    in_db(storage, check)
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:

@@ -27,6 +27,12 @@ from tests.support.proxy import Proxy, proxy_settings, start_proxy
 from tests.support.serve_process import ServeProcess, write_config
 
 
+@pytest.fixture
+def proxy(engine_proxy: Proxy) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres)."""
+    return engine_proxy
+
+
 def extraction_calls(fake: ScriptedUpstream, needle: str, model: str | None = None) -> list[dict[str, Any]]:
     return [
         r.body for r in fake.chat_requests(extraction=True)
@@ -167,7 +173,7 @@ def test_forget_while_a_batch_is_extracting_leaves_nothing_behind(
     wait_job(proxy.url, say(proxy, f"I like {unique('tea')}", user=unique("u")).job_id)
     assert memories(proxy.url, user) == []
     assert job(proxy.url, turn.job_id) is None
-    assert query(proxy.data_dir, "SELECT count(*) FROM memories WHERE text LIKE ?", (f"%{place}%",)) == [(0,)]
+    assert query(proxy, "SELECT count(*) FROM memories WHERE text LIKE ?", (f"%{place}%",)) == [(0,)]
 
 
 # --- separate processes ---------------------------------------------------------------------
@@ -235,7 +241,7 @@ def test_stopping_the_worker_releases_its_leases(
 ) -> None:
     """Shutdown mid-extraction: the job goes back to pending without spending an attempt."""
     from memproxy.config import ExtractionSettings, IndexSettings, UpstreamSettings
-    from memproxy.db import Database
+    from memproxy.db import SqliteDatabase as Database
     from memproxy.index.embedder import HashEmbedder
     from memproxy.index.manager import IndexManager
     from memproxy.memory.store import MemoryStore

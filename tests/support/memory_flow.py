@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import psycopg
 
+from memproxy.engine import to_pyformat
 from tests.support.proxy import Proxy
 
 T = TypeVar("T")
@@ -73,8 +75,14 @@ def say(proxy: Proxy, text: str, *, user: str | None, session: str | None = None
     return chat(proxy.url, [{"role": "user", "content": text}], user=user, session=session, **kw)
 
 
-def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Read the proxy's database directly (read-only) to see what was captured."""
+def query(where: Proxy | Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read a proxy's database directly (its SQLite file read-only, or its Postgres schema) to see
+    what was captured. ``sql`` uses SQLite's ``?`` placeholders on both engines."""
+    url = where.settings.storage.url if isinstance(where, Proxy) else None
+    if url:
+        with psycopg.connect(url, autocommit=True) as pg:
+            return [tuple(r) for r in pg.execute(to_pyformat(sql), params).fetchall()]
+    data_dir = where.data_dir if isinstance(where, Proxy) else where
     conn = sqlite3.connect(f"file:{data_dir / DB_NAME}?mode=ro", uri=True, timeout=5)
     try:
         return [tuple(r) for r in conn.execute(sql, params).fetchall()]
@@ -82,8 +90,8 @@ def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[
         conn.close()
 
 
-def captured(data_dir: Path, job_id: str) -> list[dict[str, Any]]:
-    rows = query(data_dir, "SELECT content FROM messages WHERE job_id = ? ORDER BY num", (job_id,))
+def captured(where: Proxy | Path, job_id: str) -> list[dict[str, Any]]:
+    rows = query(where, "SELECT content FROM messages WHERE job_id = ? ORDER BY num", (job_id,))
     return [json.loads(r[0]) for r in rows]
 
 
