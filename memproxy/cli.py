@@ -243,6 +243,32 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate_to(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from memproxy.config import StorageSettings
+    from memproxy.memory.migrate import MigrateError, migrate_to
+
+    settings = load(args)
+    try:
+        StorageSettings(url=args.url)  # the same URL rules as storage.url
+    except ValueError as exc:
+        raise ConfigError(f"migrate-to URL: {str(exc).splitlines()[-1].strip()}") from None
+    try:
+        result = migrate_to(settings.storage.data_dir, args.url)
+    except MigrateError as exc:
+        print(f"memproxy: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:
+        print(
+            f"memproxy: cannot use the target database: {str(exc).strip().splitlines()[0]}", file=sys.stderr
+        )
+        return 2
+    copied = ", ".join(f"{n} {table}" for table, n in result.rows.items())
+    print(f"copied {copied} into Postgres; now set storage.url to it", file=sys.stderr)
+    return 0
+
+
 def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """reindex/export/import: work on the data dir of the config directly (see ``maintenance``)."""
     reindex = sub.add_parser("reindex", help="rebuild index snapshots from SQLite (with a progress bar)")
@@ -258,11 +284,19 @@ def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
     imp.add_argument("--tenant", required=True)
     imp.add_argument("file", help="JSON Lines file, or - for stdin")
     imp.set_defaults(func=cmd_import)
+    move = sub.add_parser(
+        "migrate-to", help="copy the SQLite data dir's database into an empty Postgres database"
+    )
+    move.add_argument(
+        "url", help="postgresql://user:pass@host:5432/db (must hold no memories, messages or jobs)"
+    )
+    move.set_defaults(func=cmd_migrate_to)
+
     tenant = sub.add_parser("tenant", help="the tenant of a token as the server and its log see it; "
                             "without --token, every tenant with memories")  # fmt: skip
     tenant.add_argument("--token", help="a bearer token (- reads it from stdin, out of shell history)")
     tenant.set_defaults(func=cmd_tenant)
-    for command in (reindex, export, imp, tenant):
+    for command in (reindex, export, imp, tenant, move):
         command.add_argument("--config", help="path to config.yaml")
 
 

@@ -73,6 +73,14 @@ class Metrics:
             "Chat turns that should have been captured but could not be queued",
             registry=r,
         )
+        self.capture_spooled = Counter(
+            "memproxy_capture_spooled",
+            "Chat turns spooled to local disk because the database was unreachable",
+            registry=r,
+        )
+        self.spool_pending = Gauge(
+            "memproxy_spool_pending", "Spooled turns not yet moved into the outbox", registry=r
+        )
         self.recall_failures = Counter(
             "memproxy_recall_failures",
             "Chat requests whose recall failed open (embedding/search error or timeout)",
@@ -133,6 +141,9 @@ class Metrics:
     def capture_failed(self) -> None:
         self.capture_failures.inc()
 
+    def capture_spooled_one(self) -> None:
+        self.capture_spooled.inc()
+
     def recall_failed(self) -> None:
         self.recall_failures.inc()
 
@@ -153,12 +164,20 @@ class Metrics:
         self.extraction_empty.inc()
 
     # -- scrape -----------------------------------------------------------------------------
-    def set_state(self, jobs_by_status: Mapping[str, int], loaded_scopes: int, held_vectors: int) -> None:
-        """Copy state kept elsewhere into the gauges, just before a scrape."""
-        for status in JOB_STATUSES:
-            self.jobs.labels(status).set(jobs_by_status.get(status, 0))
+    def set_state(
+        self,
+        jobs_by_status: Mapping[str, int] | None,
+        loaded_scopes: int,
+        held_vectors: int,
+        spool_pending: int = 0,
+    ) -> None:
+        """Copy state kept elsewhere into the gauges, just before a scrape (``None``: the
+        database could not be read; the job gauges keep their last values)."""
+        for status in JOB_STATUSES if jobs_by_status is not None else ():
+            self.jobs.labels(status).set(jobs_by_status.get(status, 0) if jobs_by_status else 0)
         self.index_scopes.set(loaded_scopes)
         self.index_vectors.set(held_vectors)
+        self.spool_pending.set(spool_pending)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,9 +14,10 @@ Invariants:
 - Migrations are applied under a transaction-level advisory lock, one transaction each,
   so replicas starting together apply each exactly once.
 - A lost connection or an unreachable server raises ``DatabaseUnavailable`` and opens a
-  short circuit breaker: calls fail at once for ``BREAKER_S`` instead of each waiting for
-  the pool's timeout, so chat (recall fails open, capture spools) stays fast while the
-  database is down.
+  circuit breaker: calls fail at once instead of each waiting for the pool's timeout, so
+  chat (recall fails open, capture spools) stays fast while the database is down. Every
+  ``BREAKER_S`` one call probes (waiting at most ``PROBE_TIMEOUT_S`` for a connection, which
+  the pool keeps trying to open in the background); its success closes the breaker.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 3
 POOL_TIMEOUT_S = 3.0
 BREAKER_S = 0.5
+# While the breaker is open, one call at a time probes, waiting this long for a connection.
+PROBE_TIMEOUT_S = 0.2
 # Arbitrary, fixed: the advisory lock key every replica takes to migrate.
 MIGRATION_LOCK = 0x6D656D70726F7879 & 0x7FFFFFFFFFFFFFFF
 
@@ -80,6 +83,7 @@ class PostgresDatabase:
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._broken_until = 0.0
+        self._probing = False
         self.last_error: str | None = None
 
     @property
@@ -115,12 +119,12 @@ class PostgresDatabase:
         with pool.connection() as raw:
             migrate(raw)
 
-    def _call(self, fn: Callable[[PostgresConnection], T]) -> T:
+    def _call(self, fn: Callable[[PostgresConnection], T], timeout: float) -> T:
         pool = self._pool
         if pool is None:
             raise RuntimeError("database is not open")
         try:
-            with pool.connection() as raw:
+            with pool.connection(timeout=timeout) as raw:
                 try:
                     return fn(PostgresConnection(raw))
                 except psycopg.OperationalError as exc:
@@ -128,23 +132,30 @@ class PostgresDatabase:
                         raise DatabaseUnavailable(str(exc)) from exc
                     raise
         except PoolTimeout as exc:
-            raise DatabaseUnavailable(f"no database connection within {POOL_TIMEOUT_S:g}s") from exc
+            raise DatabaseUnavailable(f"no database connection within {timeout:g}s") from exc
 
     async def run(self, fn: Callable[[PostgresConnection], T]) -> T:
         executor = self._executor
         if executor is None:
             raise RuntimeError("database is not open")
-        if time.monotonic() < self._broken_until:
-            raise DatabaseUnavailable(self.last_error or "database unavailable")
+        timeout, probe = POOL_TIMEOUT_S, False
+        if self.last_error is not None:  # breaker open: fail fast, but let one call probe
+            if time.monotonic() < self._broken_until or self._probing:
+                raise DatabaseUnavailable(self.last_error)
+            self._probing = probe = True
+            timeout = PROBE_TIMEOUT_S
         loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(executor, self._call, fn)
+            result = await loop.run_in_executor(executor, self._call, fn, timeout)
         except DatabaseUnavailable as exc:
             if self.last_error is None:
                 log.warning("database unavailable: %s", exc)
             self.last_error = str(exc) or "database unavailable"
             self._broken_until = time.monotonic() + BREAKER_S
             raise
+        finally:
+            if probe:
+                self._probing = False
         if self.last_error is not None:
             log.info("database reachable again")
             self.last_error = None

@@ -127,6 +127,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX memories_scope_expiry ON memories (tenant, scope_key, expires_at)
         """,
     ),
+    (
+        "0004_changes_resets",
+        # Replicas look for scopes forgotten elsewhere every second (IndexManager.drop_forgotten).
+        "CREATE INDEX changes_resets ON changes (seq) WHERE memory_num = 0",
+    ),
 ]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
 from memproxy.db import Database, open_database
+from memproxy.engine import JOBS_CHANNEL, DatabaseUnavailable
 from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
@@ -29,6 +30,7 @@ from memproxy.model_access import CredentialGap, memory_credential_gaps, warn_ab
 from memproxy.outbox import queue
 from memproxy.outbox.capture import Capture
 from memproxy.outbox.extractor import Extractor
+from memproxy.outbox.spool import Spool, drain_periodically
 from memproxy.outbox.worker import Worker
 from memproxy.proxy.recall import Recaller
 from memproxy.upstream import Upstream
@@ -101,10 +103,30 @@ class Services:
                 log.debug("task %s had failed", name)
         self.tasks.clear()
 
+    async def degradations(self) -> list[str]:
+        """Why this replica serves in a degraded way right now (for /readyz); [] if it does not."""
+        notes = []
+        if self.db.engine == "postgres" and self.db.is_open:
+            try:
+                await self.db.run(lambda c: c.execute("SELECT 1").fetchone())
+            except DatabaseUnavailable as exc:
+                notes.append(f"database unavailable ({exc}): recall fails open, captured turns are spooled")
+        spool = self.capture.spool
+        pending = await asyncio.to_thread(spool.pending) if spool is not None else 0
+        if pending:
+            notes.append(f"{pending} captured turn(s) spooled on disk, waiting for the database")
+        return notes
+
     async def refresh_metrics(self) -> None:
         """Bring the gauges that mirror stored state up to date (called per scrape)."""
-        jobs = await self.db.run(queue.count_by_status) if self.db.is_open else {}
-        self.metrics.set_state(jobs, self.index.loaded_scopes(), self.index.held_vectors())
+        jobs: dict[str, int] | None
+        try:
+            jobs = await self.db.run(queue.count_by_status) if self.db.is_open else {}
+        except DatabaseUnavailable:
+            jobs = None  # Postgres is away: the job gauges keep their last values
+        spool = self.capture.spool
+        spooled = await asyncio.to_thread(spool.pending) if spool is not None else 0
+        self.metrics.set_state(jobs, self.index.loaded_scopes(), self.index.held_vectors(), spooled)
 
     async def close(self) -> None:
         # Each phase is logged with its duration: a shutdown that is slow says where.
@@ -133,6 +155,8 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         upstream = Upstream(settings.upstream)
         gaps = memory_credential_gaps(settings)
         warn_about(gaps)
+        # Postgres may be away for a while; SQLite is a local file that is never "away".
+        spool = Spool(settings.storage.data_dir / "spool") if db.engine == "postgres" else None
         return Services(
             settings=settings,
             credential_gaps=gaps,
@@ -143,7 +167,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             index=index,
             store=store,
             recaller=Recaller(store, embedder, settings.recall, settings.upstream),
-            capture=Capture(db, clock=store.clock),
+            capture=Capture(db, clock=store.clock, spool=spool),
             surfaces=SurfaceUpstream(upstream),
             metrics=metrics,
         )
@@ -156,9 +180,38 @@ async def snapshot_periodically(services: Services) -> None:
     interval = services.settings.index.snapshot_interval_s
     while True:
         await asyncio.sleep(interval)
-        written = await services.index.snapshot_dirty()
+        try:
+            written = await services.index.snapshot_dirty()
+        except DatabaseUnavailable:
+            continue  # snapshots catch up from the change log first; next round
         if written:
             log.info("wrote %d index snapshot(s)", written)
+
+
+FORGET_POLL_S = 1.0
+SPOOL_DRAIN_S = 0.5
+
+
+def start_replica_tasks(services: Services) -> None:
+    """What every ``serve`` process runs beside the requests: snapshots, forgets made
+    elsewhere, and (Postgres) moving spooled turns into the outbox."""
+    services.start_task("snapshots", lambda: snapshot_periodically(services))
+    services.start_task("forgets", lambda: follow_forgets(services))
+    spool = services.capture.spool
+    if spool is not None:
+        services.capture.on_spooled = services.metrics.capture_spooled_one
+        services.start_task("spool", lambda: drain_periodically(spool, services.db, SPOOL_DRAIN_S))
+
+
+async def follow_forgets(services: Services) -> None:
+    """Drop this process's index and snapshot files of scopes forgotten elsewhere (another
+    replica, a worker, an operator tool), within about a second of the forget."""
+    while True:
+        try:
+            await services.index.drop_forgotten()
+        except DatabaseUnavailable:
+            pass  # the forget itself cannot have happened meanwhile either; try again later
+        await asyncio.sleep(FORGET_POLL_S)
 
 
 async def reembed_in_background(services: Services) -> None:
@@ -184,8 +237,16 @@ def start_worker(services: Services) -> Worker:
     """Run the in-process worker as an owned task of ``services`` (stopped by ``close``)."""
     worker = build_worker(services)
     services.worker = worker
-    services.start_task("worker", worker.run)
+    _start_worker_tasks(services, worker)
     return worker
+
+
+def _start_worker_tasks(services: Services, worker: Worker) -> None:
+    services.start_task("worker", worker.run)
+    if services.db.engine == "postgres":
+        # A job enqueued by any replica wakes this worker at once (NOTIFY at commit);
+        # the worker's own poll stays as the fallback while the listener reconnects.
+        services.start_task("wakeups", lambda: services.db.listen(JOBS_CHANNEL, worker.notify))
 
 
 async def run_worker_process(settings: Settings) -> None:
@@ -198,7 +259,8 @@ async def run_worker_process(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        services.start_task("worker", worker.run)
+        _start_worker_tasks(services, worker)
+        services.start_task("forgets", lambda: follow_forgets(services))
         await stop.wait()
     finally:
         await services.close()  # cancels the worker, which releases its leases

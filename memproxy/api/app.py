@@ -22,10 +22,11 @@ from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import AccessLogMiddleware
 from memproxy.api.messages import is_anthropic_route
 from memproxy.config import Settings
+from memproxy.engine import DatabaseUnavailable
 from memproxy.errors import ApiError, anthropic_error_body
 from memproxy.headers import REQUEST_ID
 from memproxy.metrics import Metrics
-from memproxy.services import open_services, reembed_in_background, snapshot_periodically, start_worker
+from memproxy.services import open_services, reembed_in_background, start_replica_tasks, start_worker
 
 log = logging.getLogger("memproxy")
 _REQUEST_ID = REQUEST_ID.encode()
@@ -111,6 +112,13 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     return _error_response(request, ApiError(status, message))
 
 
+async def _on_database_unavailable(request: Request, exc: Exception) -> Response:
+    # Postgres restarting or failing over: the client may retry shortly (chat never gets here).
+    error = ApiError(503, f"Memory storage is unavailable, retry shortly: {exc}", code="storage_unavailable",
+                     headers={"Retry-After": "1"})  # fmt: skip
+    return _error_response(request, error)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
     return _error_response(request, ApiError(500, "Internal server error"))
@@ -126,7 +134,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.services = services
         try:
             stale = await services.store.start()
-            services.start_task("snapshots", lambda: snapshot_periodically(services))
+            start_replica_tasks(services)
             services.capture.on_failure = services.metrics.capture_failed
             if settings.extraction.worker_enabled:
                 start_worker(services)
@@ -157,6 +165,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(DatabaseUnavailable, _on_database_unavailable)
     app.add_exception_handler(Exception, _on_unexpected)
     # Added first so it runs inside RequestIdMiddleware and sees the request id.
     app.add_middleware(AccessLogMiddleware, server=settings.server, metrics=app_metrics)

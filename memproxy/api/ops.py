@@ -27,6 +27,10 @@ async def readyz(request: Request) -> Response:
     memory = services.memory_status()
     if problems:
         return JSONResponse({"status": "degraded", "problems": problems, "memory": memory}, status_code=503)
+    # Still serving (chat answers, recall fails open, turns are spooled): 200, but say so.
+    notes = await services.degradations() if hasattr(services, "degradations") else []
+    if notes:
+        return JSONResponse({"status": "degraded", "degraded": notes, "memory": memory})
     return JSONResponse({"status": "ready", "memory": memory})
 
 

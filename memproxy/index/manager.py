@@ -115,6 +115,17 @@ def _read_changes(conn: Connection, scope: Scope, after: int, identity: str) -> 
     return seq, [_Row(r[0], r[2], _bytes(r[3])) for r in rows]
 
 
+def _resets_after(conn: Connection, after: int) -> list[tuple[str, int]]:
+    """(scope_key, seq) of each scope forgotten after change ``after`` (its newest marker)."""
+    rows = conn.execute(
+        # The marker as a literal, so the partial index ``changes_resets`` serves this query.
+        f"SELECT scope_key, max(seq) FROM changes WHERE memory_num = {RESET_MARKER_NUM} AND seq > ? "
+        "GROUP BY scope_key",
+        (after,),
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
 def _bytes(blob: bytes | memoryview | None) -> bytes | None:
     # Postgres hands BYTEA back as bytes or memoryview depending on the path; SQLite as bytes.
     return None if blob is None else bytes(blob)
@@ -143,6 +154,7 @@ class IndexManager:
         self.settings = settings
         self._scopes: OrderedDict[str, LoadedScope] = OrderedDict()
         self._loading: dict[str, asyncio.Lock] = {}
+        self._resets_seen = 0  # newest forget marker ``drop_forgotten`` has acted on
 
     @property
     def identity(self) -> str:
@@ -196,6 +208,12 @@ class IndexManager:
             await self._catch_up(entry)
             if not entry.dirty:
                 return False
+            if not len(entry.lexical):
+                # Nothing to save (a forgotten or emptied scope): no file names a scope
+                # that holds no memory, and rebuilding an empty scope costs nothing.
+                await asyncio.to_thread(self._delete_files, key)
+                entry.snapshot_seq = entry.seq
+                return False
             payload = await asyncio.to_thread(self._encode, entry)
             await asyncio.to_thread(snapshot_file.write_atomic, self.snapshot_path(key), payload)
             entry.snapshot_seq = entry.seq
@@ -219,6 +237,31 @@ class IndexManager:
                 await asyncio.to_thread(self._delete_files, key)
         else:
             await asyncio.to_thread(self._delete_files, key)
+
+    async def drop_forgotten(self) -> int:
+        """Unload scopes forgotten through another process (replica, worker, operator tool)
+        since the last call, and delete their snapshot files, so no copy of a forgotten
+        memory stays on this replica's disk. A snapshot written after the forget is kept.
+        Returns how many scopes were dropped."""
+        after = self._resets_seen
+        resets = await self.db.run(lambda c: _resets_after(c, after))
+        dropped = 0
+        for scope_key, seq in resets:
+            self._resets_seen = max(self._resets_seen, seq)
+            entry = self._scopes.get(scope_key)
+            if entry is not None:
+                if entry.seq < seq:  # not caught up: still holds forgotten entries
+                    await self.drop_scope(scope_key)
+                    dropped += 1
+                continue
+            path = self.snapshot_path(scope_key)
+            snapshot_seq = await asyncio.to_thread(snapshot_file.read_seq, path)
+            if snapshot_seq is not None and snapshot_seq < seq:
+                await asyncio.to_thread(self._delete_files, scope_key)
+                dropped += 1
+        if dropped:
+            log.info("dropped the index of %d scope(s) forgotten elsewhere", dropped)
+        return dropped
 
     async def rebuild(self, scope: Scope) -> LoadedScope:
         """Discard the in-memory and on-disk index of a scope and rebuild it from the database."""

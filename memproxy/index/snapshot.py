@@ -106,6 +106,18 @@ def _parse(data: bytes | mmap.mmap) -> _Parsed:
     return _Parsed(header, arrays, head, payload, bytes(view[head_end + 1 : digest_end]))
 
 
+def read_seq(path: Path) -> int | None:
+    """The change seq a snapshot file reflects, from its header alone; None if unreadable."""
+    try:
+        with path.open("rb") as handle:
+            if handle.read(len(MAGIC)) != MAGIC:
+                return None
+            header = json.loads(handle.readline())
+        return int(header["seq"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def decode(data: bytes | mmap.mmap) -> tuple[dict[str, Any], Arrays]:
     """Verify and parse a snapshot; the arrays are read-only views into ``data``."""
     parsed = _parse(data)

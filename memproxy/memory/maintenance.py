@@ -126,7 +126,10 @@ async def _remove_orphan_snapshots(store: MemoryStore, live: set[str]) -> int:
 
 
 def require_database(settings: Settings) -> None:
-    """Refuse to work on a data dir that holds no memproxy database (see module invariants)."""
+    """Refuse to work on a data dir that holds no memproxy database (see module invariants).
+    With ``storage.url`` the database is Postgres (checked when it is opened)."""
+    if settings.storage.url:
+        return
     path = database_path(settings.storage.data_dir)
     if not path.is_file():
         raise OperatorError(

@@ -12,6 +12,9 @@ Invariants:
   carry it; the job row only exists once the completion succeeded: non-streamed before
   the response is returned, streamed when the upstream stream finished with a
   ``finish_reason``. Failed, cut-off or client-aborted completions are not captured.
+- Postgres unreachable: the turn is appended to the local spool (fsynced) instead and
+  moved into the outbox when the database is back (``outbox.spool``); the answer carries
+  its job id as usual.
 - Capture never breaks the answer: a failed write is logged and counted and reported in
   the ``X-Memproxy-Capture`` header when the headers are still unsent (``failed``).
 """
@@ -25,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memproxy.db import Database
-from memproxy.engine import Connection
+from memproxy.engine import Connection, DatabaseUnavailable
 from memproxy.headers import CAPTURE_RESULT
 from memproxy.messages import content_text
 from memproxy.outbox import queue as outbox
+from memproxy.outbox.spool import Spool
 from memproxy.scope import RequestScope, Scope
 
 log = logging.getLogger(__name__)
@@ -130,12 +134,35 @@ class PlannedCapture:
 
 
 class Capture:
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, db: Database, clock: Callable[[], float] = time.time, spool: Spool | None = None
+    ) -> None:
         self.db = db
         self.clock = clock
-        # Wired by the app: wake the worker; count a failure in /metrics.
+        # Postgres only: where turns go while the database is unreachable.
+        self.spool = spool
+        # Wired by the app: wake the worker; count a failure / a spooled turn in /metrics.
         self.on_enqueued: Callable[[], None] | None = None
         self.on_failure: Callable[[], None] | None = None
+        self.on_spooled: Callable[[], None] | None = None
+
+    async def _write(
+        self, job_id: str, scope: Scope, session_id: str, messages: list[dict[str, Any]]
+    ) -> None:
+        """Queue a turn: into the outbox, or into the spool while the database is away."""
+        now = self.clock()
+        try:
+            await enqueue_turn(self.db, job_id, scope, session_id, messages, now)
+        except DatabaseUnavailable:
+            if self.spool is None:
+                raise
+            await self.spool.append(job_id, scope, session_id, messages, now)
+            log.info("database unavailable: turn of job %s spooled to disk", job_id)
+            if self.on_spooled is not None:
+                self.on_spooled()
+            return
+        if self.on_enqueued is not None:
+            self.on_enqueued()
 
     def plan(
         self, request_scope: RequestScope, body: dict[str, Any], inputs: list[dict[str, Any]] | None = None
@@ -161,23 +188,19 @@ class Capture:
         if not turn:
             return OFF
         try:
-            await enqueue_turn(self.db, plan.job_id, plan.scope, plan.session_id, turn, self.clock())
+            await self._write(plan.job_id, plan.scope, plan.session_id, turn)
         except Exception as exc:
             log.error("capture of job %s failed; the answer was still delivered: %s", plan.job_id, exc)
             if self.on_failure is not None:
                 self.on_failure()
             return FAILED
-        if self.on_enqueued is not None:
-            self.on_enqueued()
         return plan.job_id
 
     async def enqueue_messages(self, scope: Scope, session_id: str, messages: list[dict[str, Any]]) -> str:
         """Queue already-validated messages for extraction (``POST /v1/memories`` with
         ``messages``); returns the job id. Raises if the write fails."""
         job_id = outbox.new_job_id()
-        await enqueue_turn(self.db, job_id, scope, session_id, messages, self.clock())
-        if self.on_enqueued is not None:
-            self.on_enqueued()
+        await self._write(job_id, scope, session_id, messages)
         return job_id
 
     def not_captured(self, plan: PlannedCapture, reason: str) -> None:

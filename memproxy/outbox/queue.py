@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memproxy.engine import JOBS_CHANNEL, Connection
+from memproxy.engine import JOBS_CHANNEL, Connection, IntegrityError
 from memproxy.scope import Scope
 from memproxy.times import iso
 
@@ -156,6 +156,26 @@ def claim(conn: Connection, owner: str, now: float, lease_s: float, max_jobs: in
              "limit": max_jobs},
         ).fetchall()  # fmt: skip
     return sorted((_job(r) for r in rows), key=lambda job: job.created_at)
+
+
+def enqueue_once(
+    conn: Connection,
+    job_id: str,
+    scope: Scope,
+    session_id: str,
+    messages: Sequence[dict[str, Any]],
+    now: float,
+) -> bool:
+    """``enqueue`` unless the outbox already holds ``job_id`` (a spooled turn moved again);
+    False when it did. Caller owns the transaction."""
+    if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None:
+        return False
+    try:
+        with conn.savepoint():
+            enqueue(conn, job_id, scope, session_id, messages, now)
+    except IntegrityError:  # another process moved it a moment ago
+        return False
+    return True
 
 
 def _claimable_scope(conn: Connection, now: float) -> tuple[str, str] | None:

@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -36,7 +37,7 @@ import numpy.typing as npt
 
 from memproxy.config import ExtractionSettings
 from memproxy.db import Database
-from memproxy.engine import Connection
+from memproxy.engine import Connection, DatabaseUnavailable
 from memproxy.memory import rows
 from memproxy.memory.rows import DuplicateMemory, Memory
 from memproxy.memory.store import MemoryStore
@@ -116,8 +117,12 @@ class Worker:
                 for n in range(self.settings.concurrency):
                     group.create_task(self._loop(), name=f"memproxy-worker-{n}")
         finally:
-            released = await self.db.run(self._release)
-            log.info("extraction worker %s stopped; %d lease(s) released", self.owner, released)
+            try:
+                released = await self.db.run(self._release)
+            except DatabaseUnavailable:
+                log.warning("extraction worker %s stopped; database away, its leases will expire", self.owner)
+            else:
+                log.info("extraction worker %s stopped; %d lease(s) released", self.owner, released)
 
     def _release(self, conn: Connection) -> int:
         with conn:
@@ -129,6 +134,8 @@ class Worker:
                 worked = await self.run_once()
             except asyncio.CancelledError:
                 raise
+            except DatabaseUnavailable:
+                worked = 0  # Postgres away: poll again; leases of a batch in flight just expire
             except Exception:
                 log.exception("extraction worker loop error")
                 worked = 0
@@ -167,9 +174,12 @@ class Worker:
         lease_s = self.settings.lease_s
         while True:
             await asyncio.sleep(lease_s / 3)
-            await self.db.run(
-                partial(outbox.extend, job_ids=job_ids, owner=self.owner, lease_until=self.clock() + lease_s)
-            )
+            with contextlib.suppress(DatabaseUnavailable):  # retried at the next beat
+                await self.db.run(
+                    partial(
+                        outbox.extend, job_ids=job_ids, owner=self.owner, lease_until=self.clock() + lease_s
+                    )
+                )
 
     async def _process(self, jobs: list[Job]) -> None:
         limit = self.settings.context_messages

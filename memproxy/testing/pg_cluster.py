@@ -23,10 +23,14 @@ from pathlib import Path
 
 from memproxy.testing.background_server import free_port
 
-SERVER_OPTIONS = (
-    "-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-    "-c max_connections=300 -c shared_buffers=64MB"
-)
+SERVER_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+    "shared_buffers": "'64MB'",
+}
 
 
 def server_bindir() -> Path | None:
@@ -69,21 +73,30 @@ class PostgresCluster:
                  "--no-sync", "-E", "UTF8", "--locale=C"]),
             check=True, capture_output=True,
         )  # fmt: skip
-        options = f"{SERVER_OPTIONS} -c port={cluster.port} -c unix_socket_directories={root}"
-        subprocess.run(
-            run([str(bindir / "pg_ctl"), "-D", str(cluster.data), "-l", str(root / "server.log"),
-                 "-o", options, "-w", "-t", "60", "start"]),
-            check=True, capture_output=True,
-        )  # fmt: skip
+        settings = {**SERVER_SETTINGS, "port": str(cluster.port), "unix_socket_directories": f"'{root}'"}
+        conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
+        subprocess.run(run(["sh", "-c", f"cat >> {cluster.data / 'postgresql.conf'}"]), input=conf.encode(),
+                       check=True, capture_output=True)  # fmt: skip
+        cluster.start_server()
         return cluster
+
+    def start_server(self) -> None:
+        """(Re)start the server of this cluster; returns once it accepts connections."""
+        self.pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "start")
+
+    def stop_server(self) -> None:
+        """Stop the server (fast shutdown), keeping the cluster for ``start_server``."""
+        self.pg_ctl("-m", "fast", "-w", "stop")
 
     def pg_ctl(self, *args: str) -> None:
         bindir = server_bindir()
         assert bindir is not None
-        subprocess.run(
-            _as_server_user([str(bindir / "pg_ctl"), "-D", str(self.data), *args]),
-            check=True, capture_output=True,
-        )  # fmt: skip
+        # Output to a file, not a pipe: the server inherits pg_ctl's stdout and outlives it.
+        with (self.root / "pg_ctl.out").open("ab") as out:
+            subprocess.run(
+                _as_server_user([str(bindir / "pg_ctl"), "-D", str(self.data), *args]),
+                check=True, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
 
     def stop(self, remove: bool = True) -> None:
         try:

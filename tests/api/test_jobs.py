@@ -5,9 +5,16 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import pytest
 
 from tests.support.memory_flow import wait_job
 from tests.support.proxy import Proxy
+
+
+@pytest.fixture
+def proxy(engine_proxy: Proxy) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres)."""
+    return engine_proxy
 
 
 def _queue_turn(http: httpx.Client, text: str) -> str:

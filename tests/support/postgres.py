@@ -47,8 +47,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"no Postgres server: {reason}")
 
 
-def start_server() -> Iterator[PostgresServer]:
-    given = os.environ.get("MEMPROXY_TEST_PG_URL")
+def start_server(own: bool = False) -> Iterator[PostgresServer]:
+    """The session's server (``MEMPROXY_TEST_PG_URL`` if set), or with ``own`` always a new
+    cluster that the caller may stop and start."""
+    given = None if own else os.environ.get("MEMPROXY_TEST_PG_URL")
     cluster = None
     if given:
         admin_url = given
