@@ -16,6 +16,12 @@ from tests.support.proxy import Proxy
 
 
 @pytest.fixture
+def proxy(engine_proxy: Proxy) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres)."""
+    return engine_proxy
+
+
+@pytest.fixture
 def token() -> str:
     return f"sk-scopes-{uuid.uuid4().hex[:10]}"
 
