@@ -132,10 +132,13 @@ def _bytes(blob: bytes | memoryview | None) -> bytes | None:
 
 
 def _max_seq(conn: Connection, scope: Scope) -> int:
+    # ORDER BY … DESC LIMIT 1 rather than max(): one backward seek in changes_scope_seq on both
+    # engines, whatever Postgres's statistics say (with none yet it would scan the scope's rows).
     row = conn.execute(
-        "SELECT max(seq) FROM changes WHERE scope_key = ? AND tenant = ?", (scope.key, scope.tenant)
+        "SELECT seq FROM changes WHERE tenant = ? AND scope_key = ? ORDER BY seq DESC LIMIT 1",
+        (scope.tenant, scope.key),
     ).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    return int(row[0]) if row else 0
 
 
 def _blob_vectors(rows: list[_Row], dim: int) -> tuple[list[int], npt.NDArray[np.float32]]:
