@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import httpx
 
-from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream
+from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream, is_extraction
 from tests.support.proxy import Proxy
 
 TOKEN = "sk-test-user-a"
@@ -38,9 +38,10 @@ def remember(proxy: Proxy, text: str, user_id: str, token: str = TOKEN) -> None:
 
 
 def forwarded(fake: ScriptedUpstream, needle: str, suffix: str) -> Recorded:
-    """The latest request to the fake's ``suffix`` route whose body mentions ``needle``."""
+    """The latest request to the fake's ``suffix`` route whose body mentions ``needle`` (the
+    worker's extraction calls, which quote captured turns, are not forwarded requests)."""
     for rec in reversed(fake.requests_to(suffix)):
-        if needle in json.dumps(rec.body):
+        if needle in json.dumps(rec.body) and not is_extraction(rec.body):
             return rec
     raise LookupError(needle)
 
