@@ -159,6 +159,12 @@ class ExtractionSettings(_Section):
     context_messages: int = Field(default=10, ge=0)
     similar_memories: int = Field(default=10, ge=0)
     timeout_s: float = Field(default=120.0, gt=0)
+    # Bound on every extraction answer: a repetition loop ends here, reported as cut off.
+    max_tokens: int = Field(default=1024, ge=16)
+    # A retry samples at this temperature (null: never send one, for models that refuse it).
+    retry_temperature: float | None = Field(default=0.7, ge=0, le=2)
+    # auto: json_schema where LiteLLM says the model supports it, else json_object.
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
 
 
 class Settings(_Section):

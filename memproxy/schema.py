@@ -132,6 +132,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         # Replicas look for scopes forgotten elsewhere every second (IndexManager.drop_forgotten).
         "CREATE INDEX changes_resets ON changes (seq) WHERE memory_num = 0",
     ),
+    (
+        # What an extraction did, per job: operations applied, operations refused by a
+        # guard (with the reason), and whether a fact-stating turn got an empty answer.
+        "0005_job_report",
+        "ALTER TABLE jobs ADD COLUMN report TEXT",
+    ),
 ]
 
 

@@ -223,12 +223,14 @@ async def reembed_in_background(services: Services) -> None:
 def build_worker(services: Services) -> Worker:
     """The worker for an open ``Services``: its extractor, metrics and capture wake-up wired."""
     settings = services.settings
-    extractor = Extractor(services.upstream, settings.extraction, settings.upstream)
+    extractor = Extractor(services.upstream, settings.extraction, settings.upstream,
+                          max_chars=settings.memory.max_chars)  # fmt: skip
     extractor.credential_gap = next(
         (gap.message() for gap in services.credential_gaps if gap.setting == "extraction.model"), None
     )
     worker = Worker(services.db, services.store, extractor, settings.extraction, clock=services.store.clock,
-                    on_attempt=services.metrics.extraction_attempt)  # fmt: skip
+                    on_attempt=services.metrics.extraction_attempt,
+                    on_empty=services.metrics.extraction_empty_answer, memory=settings.memory)  # fmt: skip
     services.capture.on_enqueued = worker.notify
     return worker
 

@@ -1,16 +1,20 @@
-"""Extraction: one LLM call turns captured turns into memory operations, validated strictly.
+"""Extraction: one LLM call turns captured turns into memory operations.
 
 The call goes to ``extraction.model`` through ``Upstream`` (same routing rules as chat:
-``upstream.api_base``, aliases), with JSON output requested. The prompt carries:
-the new messages, a bounded window of the session's earlier messages (context only),
-today's date, the scope's most similar existing memories under short local ids
-(``m1``, ``m2`` …; raw UUIDs never reach the model) and ``extraction.instructions``.
+``upstream.api_base``, aliases). The prompt (``memproxy.outbox.prompt``) carries the new
+messages with their dates, a bounded window of the session's earlier messages (context
+only), the scope's most similar existing memories under local ids and
+``extraction.instructions``; the answer is read by ``memproxy.outbox.operations``.
 
 Invariants:
-- The answer must be ``{"operations": [...]}`` with ops ADD(text), UPDATE(id, text),
-  DELETE(id), NONE. Malformed JSON, unknown ops, unknown ids, an id used twice and empty
-  texts raise ``ExtractionError``: a failed attempt to retry, never "no memories".
-- Local ids are mapped back to memory ids here; callers only see real ids.
+- Every call is bounded: ``max_tokens`` (``extraction.max_tokens``) and a timeout, so a
+  model stuck in a repetition loop costs one bounded answer, reported as cut off.
+- ``response_format``: ``extraction.response_format: auto`` asks for the JSON schema
+  where LiteLLM says the model supports structured outputs
+  (``litellm.supports_response_schema``), ``json_object`` otherwise; ``json_schema``,
+  ``json_object`` and ``none`` force one. Decided once, at start.
+- A retry is not the same request again: it carries the previous attempt's error as
+  feedback and, with ``extraction.retry_temperature`` set, samples at that temperature.
 - Credentials: the worker never has a caller's token. It uses a model alias's key,
   ``upstream.api_key``, or the provider's own environment variable; for a keyless
   OpenAI-compatible ``upstream.api_base`` a placeholder key is sent.
@@ -19,170 +23,34 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from memproxy.auth import Credential
 from memproxy.config import ExtractionSettings, UpstreamSettings
-from memproxy.memory.rows import Memory
-from memproxy.upstream import Upstream
+from memproxy.outbox.operations import ExtractionError, Operation, Rejected, parse_answer
+from memproxy.outbox.prompt import RESPONSE_SCHEMA, ExtractionInput, build_messages, local_ids
+from memproxy.upstream import Upstream, import_litellm
 
-OPS = ("ADD", "UPDATE", "DELETE", "NONE")
-MAX_MEMORY_CHARS = 2000
+log = logging.getLogger(__name__)
+
 MAX_QUERY_CHARS = 4000
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _KEYLESS = "memproxy-no-key"
-
-# Names the extraction call in its system prompt, so a log line or a scripted upstream
-# (memproxy.testing) can tell memory's own calls from a caller's.
-EXTRACTOR_MARKER = "memproxy-extractor"
-
-SYSTEM_PROMPT = f"""You are {EXTRACTOR_MARKER}, the memory keeper of an assistant.
-From the NEW messages of a conversation, decide what long-term memories about the user to \
-add, update or delete, and answer with one JSON object: {{"operations": [...]}}.
-
-Operations:
-- {{"op": "ADD", "text": "..."}}: a new durable fact about the user (identity, preferences, \
-plans, relationships, circumstances). One short, self-contained sentence in the third person \
-("User lives in Paris"). Turn relative dates into absolute ones using today's date.
-- {{"op": "UPDATE", "id": "m1", "text": "..."}}: an existing memory whose fact changed or \
-became more precise; give its complete new text.
-- {{"op": "DELETE", "id": "m2"}}: an existing memory the user contradicted or retracted.
-- {{"op": "NONE"}}: nothing worth remembering.
-
-Rules:
-- Only use ids listed in existing_memories. Never ADD a fact that an existing memory already states.
-- Prefer UPDATE over ADD + DELETE when a fact changed ("moved to Berlin" updates "lives in Paris").
-- Remember what the user says about themselves; not the assistant's suggestions, not \
-small talk, not questions. Never store secrets (passwords, API keys, card numbers).
-- earlier_messages are context only (to resolve "it", "there"); extract from new_messages.
-- Answer with the JSON object only."""
 
 
 class MissingCredentials(Exception):
     """The extraction call failed and the start-up check found no credentials for it."""
 
 
-class ExtractionError(Exception):
-    """The extractor's answer is unusable; the attempt failed and will be retried."""
-
-    def __init__(self, message: str, usage: tuple[int, int] = (0, 0)) -> None:
-        super().__init__(message)
-        self.usage = usage  # (prompt, completion) tokens spent on the failed attempt
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    op: str
-    text: str | None = None
-    memory_id: str | None = None  # the real id, for UPDATE and DELETE
-
-
-@dataclass
-class ExtractionInput:
-    new_messages: list[dict[str, Any]]
-    earlier_messages: list[dict[str, Any]]
-    memories: list[Memory]
-    today: str
-
-
 @dataclass
 class ExtractionResult:
     operations: list[Operation]
+    rejected: list[Rejected] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     local_ids: dict[str, str] = field(default_factory=dict)
-
-
-def local_ids(memories: Sequence[Memory]) -> dict[str, str]:
-    """``{"m1": <memory id>, ...}`` in the given (relevance) order."""
-    return {f"m{i}": memory.id for i, memory in enumerate(memories, start=1)}
-
-
-def _brief(message: dict[str, Any]) -> dict[str, Any]:
-    out = {"role": message.get("role"), "content": message.get("content")}
-    if message.get("tool_calls"):
-        out["tool_calls"] = [
-            {"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
-            for c in message["tool_calls"] if isinstance(c, dict)
-        ]  # fmt: skip
-    if message.get("name"):
-        out["name"] = message["name"]
-    return out
-
-
-def build_messages(data: ExtractionInput, instructions: str = "") -> list[dict[str, str]]:
-    ids = local_ids(data.memories)
-    payload = {
-        "today": data.today,
-        "existing_memories": [
-            {"id": local, "text": m.text} for local, m in zip(ids, data.memories, strict=True)
-        ],
-        "earlier_messages": [_brief(m) for m in data.earlier_messages],
-        "new_messages": [_brief(m) for m in data.new_messages],
-    }
-    system = SYSTEM_PROMPT
-    if instructions.strip():
-        system += "\n\nOperator instructions (they take precedence):\n" + instructions.strip()
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": json.dumps(payload, ensure_ascii=False, indent=1)},
-    ]
-
-
-def _text(item: dict[str, Any], n: int) -> str:
-    text = item.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ExtractionError(f"operation {n}: {item.get('op')} needs a non-empty text")
-    if len(text) > MAX_MEMORY_CHARS:
-        raise ExtractionError(f"operation {n}: text longer than {MAX_MEMORY_CHARS} characters")
-    return text.strip()
-
-
-def _target(item: dict[str, Any], n: int, ids: dict[str, str], used: set[str]) -> str:
-    local = item.get("id")
-    if not isinstance(local, str) or local not in ids:
-        raise ExtractionError(f"operation {n}: unknown memory id {local!r}")
-    if local in used:
-        raise ExtractionError(f"operation {n}: memory id {local!r} used twice")
-    used.add(local)
-    return ids[local]
-
-
-def parse_operations(raw: str | None, ids: dict[str, str]) -> list[Operation]:
-    """Validate the extractor's answer; map local ids to memory ids. NONE ops are dropped."""
-    text = (raw or "").strip()
-    fenced = _FENCE.match(text)
-    try:
-        data = json.loads(fenced.group(1) if fenced else text)
-    except ValueError as exc:
-        raise ExtractionError(f"extractor answer is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("operations"), list):
-        raise ExtractionError('extractor answer must be an object with an "operations" list')
-    operations: list[Operation] = []
-    used: set[str] = set()
-    for n, item in enumerate(data["operations"]):
-        if not isinstance(item, dict):
-            raise ExtractionError(f"operation {n} is not an object")
-        op = str(item.get("op") or item.get("event") or "").upper()
-        if op == "ADD":
-            operations.append(Operation("ADD", text=_text(item, n)))
-        elif op == "UPDATE":
-            operations.append(Operation("UPDATE", memory_id=_target(item, n, ids, used), text=_text(item, n)))
-        elif op == "DELETE":
-            operations.append(Operation("DELETE", memory_id=_target(item, n, ids, used)))
-        elif op != "NONE":
-            raise ExtractionError(f"operation {n}: unknown op {item.get('op')!r}")
-    return operations
-
-
-def today(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d (%A)")
 
 
 def _usage(response: Any) -> tuple[int, int]:
@@ -192,31 +60,68 @@ def _usage(response: Any) -> tuple[int, int]:
     return prompt, completion
 
 
+def choose_response_format(setting: str, routed: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``response_format`` to send (see the module doc); None sends none."""
+    if setting == "none":
+        return None
+    if setting == "json_schema":
+        return RESPONSE_SCHEMA
+    if setting == "auto":
+        try:
+            litellm = import_litellm()
+            supported = litellm.supports_response_schema(
+                model=str(routed["model"]), custom_llm_provider=routed.get("custom_llm_provider")
+            )
+        except Exception:  # an unknown model or provider: no structured outputs then
+            supported = False
+        if supported:
+            return RESPONSE_SCHEMA
+    return {"type": "json_object"}
+
+
 class Extractor:
     def __init__(
-        self, upstream: Upstream, settings: ExtractionSettings, upstream_settings: UpstreamSettings
+        self,
+        upstream: Upstream,
+        settings: ExtractionSettings,
+        upstream_settings: UpstreamSettings,
+        *,
+        max_chars: int = 300,
     ) -> None:
         self.upstream = upstream
         self.settings = settings
-        self._credential = self._worker_credential(settings.model, upstream_settings)
+        self.max_chars = max_chars
+        routed = self.upstream.route(settings.model, None)
+        self._credential = self._worker_credential(routed, upstream_settings)
+        self.response_format = choose_response_format(settings.response_format, routed)
+        kind = self.response_format["type"] if self.response_format else "none"
+        log.info("extraction model %s, response_format %s", settings.model, kind)
         # ``model_access``'s message when no credentials reach ``settings.model`` (set by services).
         self.credential_gap: str | None = None
 
-    def _worker_credential(self, model: str, upstream: UpstreamSettings) -> Credential | None:
+    def _worker_credential(self, routed: dict[str, Any], upstream: UpstreamSettings) -> Credential | None:
         """A placeholder key only for a keyless OpenAI-compatible base URL (see module doc)."""
-        routed = self.upstream.route(model, None)
         if "api_key" in routed or not upstream.api_base or os.environ.get("OPENAI_API_KEY"):
             return None
         return Credential(tenant="", provider_key=_KEYLESS)
 
+    def request_body(self, data: ExtractionInput) -> dict[str, Any]:
+        s = self.settings
+        body: dict[str, Any] = {
+            "model": s.model,
+            "messages": build_messages(data, s.instructions, self.max_chars),
+            "max_tokens": s.max_tokens,
+        }
+        if self.response_format is not None:
+            body["response_format"] = self.response_format
+        if data.attempt > 1 and s.retry_temperature is not None:
+            body["temperature"] = s.retry_temperature
+        return body
+
     async def extract(self, data: ExtractionInput) -> ExtractionResult:
         """One extraction call. Raises ``ExtractionError`` (with usage attached) or upstream errors."""
         ids = local_ids(data.memories)
-        body = {
-            "model": self.settings.model,
-            "messages": build_messages(data, self.settings.instructions),
-            "response_format": {"type": "json_object"},
-        }
+        body = self.request_body(data)
         try:
             # Not ``wait_for``: on Python 3.11 it can swallow a cancel (see ``Worker._idle``).
             async with asyncio.timeout(self.settings.timeout_s):
@@ -229,8 +134,9 @@ class Extractor:
         prompt, completion = _usage(response)
         choices = getattr(response, "choices", None) or []
         raw = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
+        cut_off = bool(choices) and getattr(choices[0], "finish_reason", None) == "length"
         try:
-            operations = parse_operations(raw, ids)
+            parsed = parse_answer(raw, ids, cut_off=cut_off)
         except ExtractionError as exc:
             raise ExtractionError(str(exc), (prompt, completion)) from None
-        return ExtractionResult(operations, prompt, completion, ids)
+        return ExtractionResult(parsed.operations, parsed.rejected, prompt, completion, ids)

@@ -34,7 +34,7 @@ from memproxy.times import iso
 STATUSES = ("pending", "running", "done", "dead")
 _JOB_COLUMNS = (
     "id, tenant, scope_key, user_id, agent_id, session_id, status, attempts, lease_owner, lease_until, "
-    "next_attempt_at, last_error, prompt_tokens, completion_tokens, created_at, updated_at"
+    "next_attempt_at, last_error, prompt_tokens, completion_tokens, created_at, updated_at, report"
 )
 MAX_ERROR_CHARS = 2000
 
@@ -61,6 +61,8 @@ class Job:
     completion_tokens: int
     created_at: float
     updated_at: float
+    # JSON of what the extraction did (applied counts, rejected operations, empty answer).
+    report: str | None = None
 
     @property
     def scope(self) -> Scope:
@@ -80,6 +82,7 @@ class Job:
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
+            "report": json.loads(self.report) if self.report else None,
         }
 
 
@@ -235,11 +238,15 @@ def _add_tokens(conn: Connection, job_ids: Sequence[str], prompt: int, completio
 
 def complete(
     conn: Connection, job_ids: Sequence[str], owner: str, now: float, *, prompt_tokens: int = 0,
-    completion_tokens: int = 0,
+    completion_tokens: int = 0, report: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Mark leased jobs done (raises ``LeaseLost``, so the caller's transaction rolls back)."""
+    """Mark leased jobs done (raises ``LeaseLost``, so the caller's transaction rolls back).
+
+    ``report`` (what the extraction applied and refused) is stored on every job of the batch.
+    """
     _owned_update(conn, job_ids, owner, "status = 'done', lease_owner = NULL, lease_until = NULL, "
-                  "last_error = NULL, updated_at = :now", {"now": now})  # fmt: skip
+                  "last_error = NULL, updated_at = :now, report = :report",
+                  {"now": now, "report": json.dumps(report) if report is not None else None})  # fmt: skip
     _add_tokens(conn, job_ids, prompt_tokens, completion_tokens)
 
 

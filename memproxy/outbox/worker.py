@@ -35,38 +35,47 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.config import ExtractionSettings
+from memproxy.config import ExtractionSettings, MemorySettings
 from memproxy.db import Database
 from memproxy.engine import Connection, DatabaseUnavailable
-from memproxy.memory import rows
-from memproxy.memory.rows import DuplicateMemory, Memory
+from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
-from memproxy.messages import user_text
+from memproxy.messages import message_text, user_text
 from memproxy.outbox import queue as outbox
-from memproxy.outbox.extractor import (
-    MAX_QUERY_CHARS,
-    ExtractionError,
-    ExtractionInput,
-    Extractor,
-    Operation,
-    today,
-)
+from memproxy.outbox.apply import Context, Planned, Report, Writer, apply_planned, plan, states_facts
+from memproxy.outbox.extractor import MAX_QUERY_CHARS, ExtractionResult, Extractor
+from memproxy.outbox.operations import ExtractionError
+from memproxy.outbox.prompt import ExtractionInput
 from memproxy.outbox.queue import Job, LeaseLost
 from memproxy.scope import Scope
 
 log = logging.getLogger(__name__)
 
 
+# A failed attempt's error that is about the answer (not the provider) goes back to the
+# model as feedback on the next attempt.
+_ANSWER_ERROR = f"{ExtractionError.__name__}: "
+
+
 @dataclass
 class _Batch:
     jobs: list[Job]
     new_messages: list[dict[str, Any]]
+    times: list[float]  # when each new message was captured: its job's creation time
     earlier_messages: list[dict[str, Any]]
     session_id: str
 
+    @property
+    def turns(self) -> list[tuple[float, str]]:
+        return [(ts, message_text(m)) for ts, m in zip(self.times, self.new_messages, strict=True)]
+
 
 def _read_batch(conn: Connection, jobs: list[Job], context_limit: int) -> _Batch:
-    found = outbox.job_messages(conn, [job.id for job in jobs])
+    found, times = [], []
+    for job in jobs:  # one query per job (at most max_jobs_per_call) to keep each turn's date
+        messages = outbox.job_messages(conn, [job.id])
+        found += messages
+        times += [job.created_at] * len(messages)
     first_num: dict[str, int] = {}
     for num, session_id, _ in found:
         first_num.setdefault(session_id, num)
@@ -76,7 +85,25 @@ def _read_batch(conn: Connection, jobs: list[Job], context_limit: int) -> _Batch
             conn, jobs[0].tenant, jobs[0].scope_key, session_id, num, context_limit
         )
     earlier = earlier[-context_limit:] if context_limit else []
-    return _Batch(jobs, [message for _, _, message in found], earlier, jobs[-1].session_id)
+    return _Batch(jobs, [message for _, _, message in found], times, earlier, jobs[-1].session_id)
+
+
+def _feedback(jobs: list[Job]) -> str | None:
+    """The previous attempt's answer error, if that is why this is a retry."""
+    for job in jobs:
+        if job.attempts > 1 and job.last_error and job.last_error.startswith(_ANSWER_ERROR):
+            return job.last_error[len(_ANSWER_ERROR) :]
+    return None
+
+
+@dataclass
+class _Outcome:
+    """An extraction's guarded operations with what they need to be written."""
+
+    planned: list[Planned]
+    vectors: list[npt.NDArray[np.float32] | None]
+    candidates: list[list[int]]
+    report: Report
 
 
 def default_owner() -> str:
@@ -94,6 +121,8 @@ class Worker:
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
         on_attempt: Callable[[bool, int, int], None] | None = None,
+        on_empty: Callable[[], None] | None = None,
+        memory: MemorySettings | None = None,
     ) -> None:
         self.db = db
         self.store = store
@@ -103,6 +132,9 @@ class Worker:
         self.clock = clock
         # Reports each extraction call (ok?, prompt tokens, completion tokens) to metrics.
         self.on_attempt = on_attempt
+        # Counts answers with no operation for turns that plainly state facts.
+        self.on_empty = on_empty
+        self.memory = memory or MemorySettings()
         self._wake = asyncio.Event()
 
     def notify(self) -> None:
@@ -186,13 +218,15 @@ class Worker:
         batch = await self.db.run(lambda c: _read_batch(c, jobs, limit))
         usage = (0, 0)
         try:
-            data = ExtractionInput(batch.new_messages, batch.earlier_messages,
-                                   await self._similar(jobs[0].scope, batch.new_messages), today(self.clock()))  # fmt: skip
+            memories = await self._similar(jobs[0].scope, batch.new_messages)
+            data = ExtractionInput(batch.new_messages, batch.earlier_messages, memories, batch.times,
+                                   feedback=_feedback(jobs), attempt=max(job.attempts for job in jobs))  # fmt: skip
             result = await self.extractor.extract(data)
             usage = (result.prompt_tokens, result.completion_tokens)
             self._count_tokens(usage)
-            vectors = await self._embed(result.operations)
-            await self.db.run(lambda c: self._apply(c, batch, result.operations, vectors, usage))
+            outcome = await self._guard(batch, memories, result)
+            await self.db.run(lambda c: self._apply(c, batch, outcome, usage))
+            self._report(jobs, outcome.report)
         except asyncio.CancelledError:
             raise
         except LeaseLost as exc:
@@ -203,6 +237,41 @@ class Worker:
             if usage == (0, 0) or isinstance(exc, ExtractionError):
                 self._count_tokens(usage, ok=False)  # the call failed (or its answer did)
             await self._fail(jobs, exc, usage)
+
+    async def _guard(self, batch: _Batch, memories: list[Memory], result: ExtractionResult) -> _Outcome:
+        """Guard the model's operations, embed what will be written, find near-duplicate candidates."""
+        ctx = Context(batch.turns, {m.id: m for m in memories}, self.memory.max_chars)
+        planned, refused = plan(result.operations, ctx)
+        report = Report(rejected=[*result.rejected, *refused])
+        stated = user_text(batch.new_messages, MAX_QUERY_CHARS)
+        report.empty_answer = not result.operations and not result.rejected and states_facts(stated)
+        texts = [p.text for p in planned if p.text is not None]
+        embedded = iter(await self.store.embedder.embed(texts)) if texts else iter(())
+        vectors = [
+            np.asarray(next(embedded), dtype=np.float32) if p.text is not None else None for p in planned
+        ]
+        candidates: list[list[int]] = []
+        for p, vector in zip(planned, vectors, strict=True):
+            found = [] if p.text is None else await self.store.search(batch.jobs[0].scope, p.text, top_k=5,
+                                                                       query_vector=vector)  # fmt: skip
+            candidates.append([memory.num for memory, _ in found])
+        return _Outcome(planned, vectors, candidates, report)
+
+    def _report(self, jobs: list[Job], report: Report) -> None:
+        """Count and log what the guards refused and an empty answer (after the commit)."""
+        for rejected in report.rejected:
+            if self.store.on_refused is not None:
+                self.store.on_refused(rejected.reason, "extracted")
+        if report.rejected:
+            reasons = sorted({r.reason for r in report.rejected})
+            log.info("extraction of %d job(s): %d operation(s) refused (%s)", len(jobs), len(report.rejected),
+                     ", ".join(reasons))  # fmt: skip
+        if report.empty_answer:
+            log.warning(
+                "extraction of %d job(s) answered no operation for a turn that states facts", len(jobs)
+            )
+            if self.on_empty is not None:
+                self.on_empty()
 
     def _count_tokens(self, usage: tuple[int, int], ok: bool = True) -> None:
         if self.on_attempt is not None:
@@ -216,13 +285,6 @@ class Worker:
         if top_k <= 0 or not query.strip():
             return []
         return [memory for memory, _score in await self.store.search(scope, query, top_k=top_k)]
-
-    async def _embed(self, operations: list[Operation]) -> list[npt.NDArray[np.float32] | None]:
-        texts = [op.text for op in operations if op.text is not None]
-        vectors = iter(await self.store.embedder.embed(texts)) if texts else iter(())
-        return [
-            np.asarray(next(vectors), dtype=np.float32) if op.text is not None else None for op in operations
-        ]
 
     async def _fail(self, jobs: list[Job], exc: Exception, usage: tuple[int, int]) -> None:
         error = f"{type(exc).__name__}: {exc}"
@@ -242,63 +304,12 @@ class Worker:
         log.warning("extraction of %d job(s) failed (%s)%s", len(jobs), error,
                     f"; dead: {', '.join(dead)}" if dead else "; will retry")  # fmt: skip
 
-    def _apply(
-        self,
-        conn: Connection,
-        batch: _Batch,
-        operations: list[Operation],
-        vectors: list[npt.NDArray[np.float32] | None],
-        usage: tuple[int, int],
-    ) -> None:
-        """Effects and completion in one transaction; ``LeaseLost`` rolls everything back."""
-        now, identity = self.clock(), self.store.embedder.identity
-        scope = batch.jobs[0].scope
-        counts = {"ADD": 0, "UPDATE": 0, "DELETE": 0}
+    def _apply(self, conn: Connection, batch: _Batch, outcome: _Outcome, usage: tuple[int, int]) -> None:
+        """Effects, report and completion in one transaction; ``LeaseLost`` rolls everything back."""
+        job_ids = [job.id for job in batch.jobs]
+        writer = Writer(conn, batch.jobs[0].scope, self.store.embedder.identity, batch.session_id, self.clock(),
+                        job_ids, self.memory.near_duplicate_cosine, outcome.report)  # fmt: skip
         with conn:
-            outbox.complete(conn, [job.id for job in batch.jobs], self.owner, now,
-                            prompt_tokens=usage[0], completion_tokens=usage[1])  # fmt: skip
-            job_ids = [job.id for job in batch.jobs]
-            for op, vector in zip(operations, vectors, strict=True):
-                if _apply_one(conn, scope, op, vector, identity, batch.session_id, now, job_ids):
-                    counts[op.op] += 1
-
-
-def _apply_one(
-    conn: Connection,
-    scope: Scope,
-    op: Operation,
-    vector: npt.NDArray[np.float32] | None,
-    identity: str,
-    session_id: str,
-    now: float,
-    job_ids: list[str],
-) -> bool:
-    """Apply one validated operation; False when it turned out to be a no-op.
-
-    History rows name ``job_ids``, the batch's captured turns the change came from.
-    """
-    if op.op == "DELETE" and op.memory_id is not None:
-        return rows.delete_memory(
-            conn, scope.tenant, op.memory_id, source="extracted", now=now, job_ids=job_ids
-        )
-    assert op.text is not None
-    if op.op == "UPDATE" and op.memory_id is not None:
-        current = rows.get_memory(conn, scope.tenant, op.memory_id, now)
-        if current is not None:
-            if rows.normalize_text(current.text) == rows.normalize_text(op.text):
-                return False
-            try:
-                rows.update_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now, text=op.text,
-                                   embedding=vector, embed_model=identity, job_ids=job_ids)  # fmt: skip
-            except DuplicateMemory:
-                # The new text already is another memory: this one is superseded.
-                rows.delete_memory(conn, scope.tenant, op.memory_id, source="extracted", now=now,
-                                   job_ids=job_ids)  # fmt: skip
-            return True
-        # Deleted or expired while we extracted: the fact is still news, so add it.
-    try:
-        rows.insert_memory(conn, scope, op.text, embedding=vector, embed_model=identity, source="extracted",
-                           now=now, session_id=session_id, job_ids=job_ids)  # fmt: skip
-    except DuplicateMemory:
-        return False
-    return True
+            apply_planned(writer, outcome.planned, outcome.vectors, outcome.candidates)
+            outbox.complete(conn, job_ids, self.owner, writer.now, prompt_tokens=usage[0],
+                            completion_tokens=usage[1], report=outcome.report.to_api())  # fmt: skip

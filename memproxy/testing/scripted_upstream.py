@@ -17,7 +17,8 @@ typed SSE events, stored answers for ``GET``/``DELETE``) and Anthropic's Message
 
 Extraction calls (recognised by ``EXTRACTOR_MARKER`` in a system message) are answered
 from ``canned`` first, then by ``extractor`` if one is set, else by the rule-based
-``scripted_extractor.rule_extractor``. Every request is recorded.
+``scripted_extractor.rule_extractor``; an answer longer than the request's ``max_tokens``
+words is cut there with ``finish_reason: length``. Every request is recorded.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memproxy.messages import message_text
-from memproxy.outbox.extractor import EXTRACTOR_MARKER
+from memproxy.outbox.prompt import EXTRACTOR_MARKER
 from memproxy.testing.scripted_extractor import rule_extractor
 
 MEMORY_MARKER = "<memories>"
@@ -193,7 +194,7 @@ class ScriptedUpstream:
             answer = self.canned.popleft() if self.canned else (self.extractor or rule_extractor)(body)
             if inspect.isawaitable(answer):
                 answer = await answer
-            return JSONResponse(_completion(body, answer, None))
+            return JSONResponse(_limited(body, _completion(body, answer, None)))
         tool_calls = _tool_calls(body) if "tools" in model else None
         content = None if tool_calls else reply_for(body)
         if body.get("stream"):
@@ -360,6 +361,19 @@ def _completion(
         ],
         "usage": _usage(body, content),
     }
+
+
+def _limited(body: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
+    """Honour ``max_tokens`` as a provider does: cut the answer, say ``finish_reason: length``
+    (a token here is a whitespace-separated word, as in ``_usage``)."""
+    limit = body.get("max_tokens")
+    content = completion["choices"][0]["message"]["content"] or ""
+    if isinstance(limit, int) and len(content.split()) > limit:
+        cut = " ".join(content.split()[:limit])
+        for choice in completion["choices"]:
+            choice["message"]["content"], choice["finish_reason"] = cut, "length"
+        completion["usage"] = _usage(body, cut)
+    return completion
 
 
 def _deltas(content: str | None, tool_calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

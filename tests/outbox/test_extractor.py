@@ -1,24 +1,25 @@
-"""Extraction prompt and strict validation of the extractor's answer (no network)."""
+"""The extraction prompt and request: dates, placeholders, feedback, bounds, response format (no network)."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
-import pytest
-
+from memproxy.config import ExtractionSettings, UpstreamSettings
 from memproxy.memory.rows import Memory
-from memproxy.outbox.extractor import (
+from memproxy.outbox.extractor import Extractor, choose_response_format
+from memproxy.outbox.operations import parse_answer
+from memproxy.outbox.prompt import (
     EXTRACTOR_MARKER,
-    ExtractionError,
+    PROMPT_EXAMPLES,
+    RESPONSE_SCHEMA,
     ExtractionInput,
-    Operation,
     build_messages,
     local_ids,
-    parse_operations,
-    today,
 )
 from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_upstream import is_extraction
+from memproxy.upstream import Upstream
 
 
 def memory(memory_id: str, text: str) -> Memory:
@@ -29,72 +30,87 @@ def memory(memory_id: str, text: str) -> Memory:
 
 PARIS = memory("5f0c7d1e9a2b4c6d8e0f1a2b3c4d5e6f", "User lives in Paris")
 JAZZ = memory("0a1b2c3d4e5f60718293a4b5c6d7e8f9", "User likes jazz")
-IDS = local_ids([PARIS, JAZZ])
+MONDAY = datetime(2026, 11, 30, 9, tzinfo=UTC).timestamp()
+WEDNESDAY = datetime(2026, 12, 2, 18, tzinfo=UTC).timestamp()
 
 
-def test_prompt_carries_marker_date_context_instructions_and_local_ids_only() -> None:
+def test_prompt_carries_marker_dates_context_instructions_and_local_ids_only() -> None:
     data = ExtractionInput(
-        new_messages=[{"role": "user", "content": "I moved there yesterday"}],
+        new_messages=[{"role": "user", "content": "I moved there yesterday"},
+                      {"role": "user", "content": "Next Friday I fly to Tokyo"}],
         earlier_messages=[{"role": "user", "content": "Berlin is lovely"}],
         memories=[PARIS, JAZZ],
-        today=today(1_700_000_000),
-    )
-    messages = build_messages(data, instructions="Never store health data.")
-    assert is_extraction({"messages": messages}) and EXTRACTOR_MARKER in messages[0]["content"]
-    assert "Never store health data." in messages[0]["content"]
+        times=[MONDAY, WEDNESDAY],
+    )  # fmt: skip
+    messages = build_messages(data, instructions="Never store health data.", max_chars=280)
+    system = messages[0]["content"]
+    assert is_extraction({"messages": messages}) and EXTRACTOR_MARKER in system
+    assert "Never store health data." in system and "at most 280 characters" in system
     payload = json.loads(messages[1]["content"])
-    assert payload["today"].startswith("2023-11-14")
+    assert payload["today"] == "2026-12-02 (Wednesday)"  # the latest turn's date, not the worker's
+    assert [m["date"] for m in payload["new_messages"]] == ["2026-11-30 (Monday)", "2026-12-02 (Wednesday)"]
     assert payload["existing_memories"] == [{"id": "m1", "text": "User lives in Paris"},
                                             {"id": "m2", "text": "User likes jazz"}]  # fmt: skip
-    assert payload["earlier_messages"][0]["content"] == "Berlin is lovely"
-    assert payload["new_messages"][0]["content"] == "I moved there yesterday"
+    assert payload["earlier_messages"] == [{"role": "user", "content": "Berlin is lovely"}]
     assert PARIS.id not in json.dumps(messages) and JAZZ.id not in json.dumps(messages)
+    assert len(messages) == 2  # no feedback on a first attempt
 
 
-def test_valid_operations_map_local_ids_to_memory_ids() -> None:
-    raw = json.dumps({"operations": [
-        {"op": "ADD", "text": " User's name is Ana "},
-        {"op": "UPDATE", "id": "m1", "text": "User lives in Berlin"},
-        {"op": "DELETE", "id": "m2"},
-        {"op": "NONE"},
-    ]})  # fmt: skip
-    assert parse_operations(raw, IDS) == [
-        Operation("ADD", text="User's name is Ana"),
-        Operation("UPDATE", text="User lives in Berlin", memory_id=PARIS.id),
-        Operation("DELETE", memory_id=JAZZ.id),
-    ]
-    assert parse_operations('```json\n{"operations": []}\n```', IDS) == []
+def test_prompt_examples_are_placeholders_not_facts() -> None:
+    system = build_messages(ExtractionInput([], [], []))[0]["content"]
+    for example in PROMPT_EXAMPLES:  # facts an earlier prompt showed, which models copied
+        assert example not in system
+    assert '"text": "<fact>"' in system and "never copy them" in system
 
 
-@pytest.mark.parametrize(
-    ("raw", "message"),
-    [
-        ("I think the user lives in Berlin", "not JSON"),
-        ("", "not JSON"),
-        ('{"memories": []}', "operations"),
-        ('{"operations": {"op": "ADD"}}', "operations"),
-        ('{"operations": ["ADD"]}', "not an object"),
-        ('{"operations": [{"op": "ADD", "text": "  "}]}', "non-empty text"),
-        ('{"operations": [{"op": "ADD"}]}', "non-empty text"),
-        ('{"operations": [{"op": "UPDATE", "id": "m9", "text": "x"}]}', "unknown memory id"),
-        (f'{{"operations": [{{"op": "DELETE", "id": "{PARIS.id}"}}]}}', "unknown memory id"),
-        (
-            '{"operations": [{"op": "DELETE", "id": "m1"}, {"op": "UPDATE", "id": "m1", "text": "x"}]}',
-            "twice",
-        ),
-        ('{"operations": [{"op": "MERGE", "id": "m1"}]}', "unknown op"),
-    ],
-)
-def test_invalid_answers_are_errors_not_empty_results(raw: str, message: str) -> None:
-    with pytest.raises(ExtractionError, match=message):
-        parse_operations(raw, IDS)
+def test_a_retry_tells_the_model_what_was_wrong() -> None:
+    data = ExtractionInput(
+        [{"role": "user", "content": "hi"}], [], [], [MONDAY], feedback="answer is not JSON"
+    )
+    messages = build_messages(data)
+    assert messages[-1]["role"] == "user" and "rejected: answer is not JSON" in messages[-1]["content"]
+
+
+def _extractor(**settings: object) -> Extractor:
+    upstream = UpstreamSettings(api_base="http://127.0.0.1:9/v1")
+    return Extractor(Upstream(upstream), ExtractionSettings.model_validate(settings), upstream)
+
+
+def test_every_call_is_bounded_and_only_retries_change_temperature() -> None:
+    extractor = _extractor(model="extractor", max_tokens=512, retry_temperature=0.4)
+    first = extractor.request_body(ExtractionInput([{"role": "user", "content": "hi"}], [], [], [MONDAY]))
+    assert first["max_tokens"] == 512 and "temperature" not in first
+    retry = extractor.request_body(ExtractionInput([{"role": "user", "content": "hi"}], [], [], [MONDAY],
+                                                   feedback="cut off", attempt=2))  # fmt: skip
+    assert retry["max_tokens"] == 512 and retry["temperature"] == 0.4
+    never = _extractor(model="extractor", retry_temperature=None)
+    assert "temperature" not in never.request_body(ExtractionInput([], [], [], [], attempt=3))
+
+
+def test_response_format_follows_what_the_model_supports_or_the_switch() -> None:
+    assert (
+        choose_response_format("auto", {"model": "gpt-4o-mini", "custom_llm_provider": "openai"})
+        == RESPONSE_SCHEMA
+    )
+    assert choose_response_format(
+        "auto", {"model": "qwen2.5-coder-1.5b", "custom_llm_provider": "openai"}
+    ) == {"type": "json_object"}
+    assert choose_response_format("json_object", {"model": "gpt-4o-mini"}) == {"type": "json_object"}
+    assert choose_response_format("json_schema", {"model": "local"}) == RESPONSE_SCHEMA
+    assert choose_response_format("none", {"model": "gpt-4o-mini"}) is None
+    assert _extractor(model="extractor").request_body(ExtractionInput([], [], []))["response_format"] == {
+        "type": "json_object"
+    }
+    assert "response_format" not in _extractor(model="x", response_format="none").request_body(
+        ExtractionInput([], [], [])
+    )
 
 
 def _rule_answer(new: str, memories: list[Memory]) -> list[dict[str, str]]:
-    data = ExtractionInput([{"role": "user", "content": new}], [], memories, "2024-01-01")
+    data = ExtractionInput([{"role": "user", "content": new}], [], memories, [MONDAY])
     answer = json.loads(rule_extractor({"messages": build_messages(data)}))
     operations: list[dict[str, str]] = answer["operations"]
-    parse_operations(json.dumps(answer), local_ids(memories))  # the fake always answers validly
+    assert not parse_answer(json.dumps(answer), local_ids(memories)).rejected  # the fake answers validly
     return operations
 
 
