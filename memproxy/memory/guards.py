@@ -29,7 +29,6 @@ REASONS = (
 )  # fmt: skip
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9À-Ý])")
-_PLACEHOLDER = re.compile(r"<[^<>]{1,40}>|\[[A-Z_ ]{2,30}\]|\{[a-z_]{2,30}\}")
 _NUMBER = re.compile(r"\d+")
 # Token-set overlap at or above which two memories say the same thing (lexical view).
 DUPLICATE_JACCARD = 0.8
@@ -91,11 +90,13 @@ def atomize(text: str, max_chars: int) -> list[str]:
     return split_sentences(text)
 
 
-def not_a_fact(text: str) -> str | None:
-    """``question`` or ``placeholder`` when ``text`` cannot be a statement about the user."""
+def not_a_fact(text: str, placeholders: Iterable[str] = ()) -> str | None:
+    """``question``, or ``placeholder`` when ``text`` carries one of the prompt's
+    ``<placeholders>`` (only those: "<script>" in a memory is text, not a template)."""
     if text.rstrip().endswith("?"):
         return "question"
-    if _PLACEHOLDER.search(text):
+    folded = text.casefold()
+    if any(p.casefold() in folded for p in placeholders):
         return "placeholder"
     return None
 

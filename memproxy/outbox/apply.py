@@ -37,7 +37,7 @@ from memproxy.memory import guards, rows
 from memproxy.memory.rows import DuplicateMemory, Memory
 from memproxy.outbox import dates
 from memproxy.outbox.operations import Operation, Rejected
-from memproxy.outbox.prompt import PROMPT_EXAMPLES
+from memproxy.outbox.prompt import PLACEHOLDERS, PROMPT_EXAMPLES
 from memproxy.scope import Scope
 
 Vector = npt.NDArray[np.float32]
@@ -101,7 +101,7 @@ def _text_refusal(text: str, ctx: Context) -> tuple[str, str] | None:
     refused = guards.refusal(text, ctx.max_chars)
     if refused is not None:
         return refused.reason, refused.message
-    reason = guards.not_a_fact(text)
+    reason = guards.not_a_fact(text, PLACEHOLDERS)
     if reason is not None:
         return reason, f"not a statement about the user ({reason})"
     turn_text = "\n".join(text for _, text in ctx.turns)

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +59,9 @@ not small talk, not questions, not general knowledge.
 never relative ones such as "tomorrow" or "next Friday".
 - earlier_messages are context only (to resolve "it", "there"); extract from new_messages.
 - Answer with the JSON object only."""
+
+# The prompt's own placeholders; a memory that carries one copied the template.
+PLACEHOLDERS = tuple(sorted(set(re.findall(r"<[^<>\n]+>", SYSTEM_PROMPT)) - {"<angle brackets>"}))
 
 # ``response_format`` for providers that support structured outputs (strict mode needs
 # every property required and nullable instead of optional).

@@ -51,12 +51,13 @@ def test_a_run_on_is_split_into_its_sentences_and_each_fits() -> None:
     [
         ("The weather is lovely today, isn't it?", "question"),
         ("User lives in <city>", "placeholder"),
-        ("User's name is [NAME]", "placeholder"),
+        ("User was born on <YYYY-MM-DD>", "placeholder"),
+        ("Remember that <img src=x onerror=alert(1)> and <script>", None),  # text, not a template
         ("User lives in Porto", None),
     ],
 )
 def test_questions_and_placeholders_are_not_facts(text: str, reason: str | None) -> None:
-    assert not_a_fact(text) == reason
+    assert not_a_fact(text, ["<city>", "<YYYY-MM-DD>"]) == reason
 
 
 def test_a_prompt_example_leaks_only_when_the_turn_never_said_it() -> None:

@@ -121,3 +121,9 @@ def test_scripted_rule_extractor_adds_updates_and_deletes() -> None:
     ]
     assert _rule_answer("I don't like jazz anymore", [PARIS, JAZZ]) == [{"op": "DELETE", "id": "m2"}]
     assert _rule_answer("What's the weather?", []) == [{"op": "NONE"}]
+
+
+def test_the_prompt_placeholders_are_refused_as_memories() -> None:
+    from memproxy.outbox.prompt import PLACEHOLDERS
+
+    assert {"<fact>", "<id from existing_memories>", "<YYYY-MM-DD>"} <= set(PLACEHOLDERS)

@@ -101,7 +101,7 @@ def test_the_recorded_colliding_update_deletes_nothing(proxy: Proxy, scripted: S
 
     def answer(body: dict[str, Any]) -> str:
         local = by_text(body)
-        return recorded["raw_answer"].replace('"m1"', json.dumps(local[name]))
+        return str(recorded["raw_answer"]).replace('"m1"', json.dumps(local[name]))
 
     scripted.extractor = answering(recorded["user"], answer)
     done = wait_job(proxy.url, say(proxy, recorded["user"], user=user).job_id)
@@ -119,7 +119,9 @@ def test_the_cut_off_answer_is_bounded_then_retried_with_feedback_and_temperatur
     proxy: Proxy, scripted: ScriptedUpstream
 ) -> None:
     marker = unique("streak")
-    loop = sample(32)["raw_answer"][:-30] + " I'm on a 40-day streak." * 900  # the recorded repetition loop
+    loop = (
+        str(sample(32)["raw_answer"])[:-30] + " I'm on a 40-day streak." * 900
+    )  # the recorded repetition loop
 
     def answer(body: dict[str, Any]) -> str:
         if len(body["messages"]) == 2:  # a first attempt: no feedback message
