@@ -30,6 +30,8 @@ REASONS = (
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9À-Ý])")
 _NUMBER = re.compile(r"\d+")
+# More sentences than this in one memory make it a run-on, whatever its length.
+MAX_SENTENCES = 2
 # Token-set overlap at or above which two memories say the same thing (lexical view).
 DUPLICATE_JACCARD = 0.8
 
@@ -78,16 +80,18 @@ def split_sentences(text: str) -> list[str]:
 
 
 def atomize(text: str, max_chars: int) -> list[str]:
-    """One fact per memory: ``[text]`` when it fits, else its sentences (each still checked).
+    """One fact per memory: ``[text]`` when it is short, else its sentences (each still checked).
 
-    A run-on ("User lives in Porto and has a dog called Biscuit. The capital of Australia
-    is Canberra. …") becomes its sentences; a single sentence over the cap stays whole and
-    is then refused as ``too_long``.
+    A run-on — over ``max_chars``, or more than ``MAX_SENTENCES`` sentences ("User lives in
+    Porto and has a dog called Biscuit. The capital of Australia is Canberra. …") — becomes
+    its sentences. Two sentences stay together ("User has a dog. His name is Biscuit." needs
+    both); a single sentence over the cap stays whole and is then refused as ``too_long``.
     """
     text = text.strip()
-    if len(text) <= max_chars:
+    sentences = split_sentences(text)
+    if len(text) <= max_chars and len(sentences) <= MAX_SENTENCES:
         return [text]
-    return split_sentences(text)
+    return sentences
 
 
 def not_a_fact(text: str, placeholders: Iterable[str] = ()) -> str | None:

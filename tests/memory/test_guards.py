@@ -43,6 +43,9 @@ def test_a_run_on_is_split_into_its_sentences_and_each_fits() -> None:
     assert "The weather is lovely today, isn't it?" in pieces
     assert len(pieces) == 8 and all(len(p) <= 120 for p in pieces)
     assert atomize("User lives in Porto.", 120) == ["User lives in Porto."]
+    assert atomize("User has a dog. His name is Biscuit.", 120) == ["User has a dog. His name is Biscuit."]
+    assert atomize("User has a dog. It is old. The capital is Rome.", 120) == [
+        "User has a dog.", "It is old.", "The capital is Rome."]  # fmt: skip
     assert atomize("word " * 40, 120) == [("word " * 40).strip()]  # one long sentence stays whole
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from memproxy.memory.rows import Memory
@@ -65,8 +66,12 @@ def test_a_run_on_that_rewrites_its_memory_is_refused_and_questions_never_stored
 
 
 def test_the_prompt_example_that_leaked_into_a_memory_is_refused() -> None:
-    planned, rejected = planned_for(24, max_chars=400)  # under the cap: one UPDATE, with "lives in Paris"
-    assert planned == [] and rejected == [(0, "prompt_example")]
+    recorded = sample(24)  # the model rewrote "User lives in Lisbon" into the prompt's "User lives in Paris"
+    leaked = json.loads(recorded["raw_answer"])["operations"][0]["text"].split(". ")[0] + "."
+    assert leaked.startswith("User lives in Paris and has a golden retriever")
+    ops = parse_answer(json.dumps({"operations": [{"op": "ADD", "text": leaked}]}), {})
+    planned, rejected = plan(ops.operations, Context([(MONDAY, recorded["user"])], {}, 300))
+    assert planned == [] and [r.reason for r in rejected] == ["prompt_example"]
 
 
 def test_relative_dates_are_resolved_before_storing() -> None:
