@@ -84,6 +84,9 @@ class UpstreamSettings(_Section):
     api_key: str | None = None
     models: list[ModelAlias] = Field(default_factory=list)
     timeout_s: float = Field(default=600.0, gt=0)
+    # ``auto``: OpenAI-wire providers are relayed byte for byte (memproxy.fastpath); ``off``:
+    # every request goes through LiteLLM's translation.
+    fast_path: Literal["auto", "off"] = "auto"
 
 
 class ApiKey(_Section):

@@ -57,8 +57,9 @@ class Metrics:
         )
         self.upstream_seconds = Histogram(
             "memproxy_upstream_duration_seconds",
-            "Upstream chat call: the whole answer, or until the stream opened when streaming",
-            ["streamed"],
+            "Upstream chat call: the whole answer, or until the stream opened when streaming; "
+            "path: fast (relayed byte for byte) or litellm (LiteLLM's translation)",
+            ["streamed", "path"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -129,12 +130,12 @@ class Metrics:
             self.recall_seconds.observe(time.perf_counter() - started)
 
     @contextmanager
-    def time_upstream(self, streamed: bool) -> Iterator[None]:
+    def time_upstream(self, streamed: bool, path: str = "litellm") -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.upstream_seconds.labels("true" if streamed else "false").observe(
+            self.upstream_seconds.labels("true" if streamed else "false", path).observe(
                 time.perf_counter() - started
             )
 

@@ -22,6 +22,7 @@ from memproxy.auth import Authenticator
 from memproxy.config import Settings
 from memproxy.db import Database, open_database
 from memproxy.engine import JOBS_CHANNEL, DatabaseUnavailable
+from memproxy.fastpath import FastPaths
 from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
@@ -33,6 +34,7 @@ from memproxy.outbox.extractor import Extractor
 from memproxy.outbox.spool import Spool, drain_periodically
 from memproxy.outbox.worker import Worker
 from memproxy.proxy.recall import Recaller
+from memproxy.relay import Relay
 from memproxy.upstream import Upstream
 from memproxy.upstream_surfaces import SurfaceUpstream
 
@@ -52,6 +54,9 @@ class Services:
     capture: Capture
     # The Responses and Anthropic Messages APIs' provider calls (routed like ``upstream``).
     surfaces: SurfaceUpstream
+    # OpenAI-wire routes, relayed byte for byte through ``relay`` (its pool is closed in ``close``).
+    fast_paths: FastPaths
+    relay: Relay
     metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # The in-process extraction worker (None when ``extraction.worker_enabled`` is false).
@@ -136,6 +141,7 @@ class Services:
         log.info("shutdown: background tasks stopped (%.2fs)", time.perf_counter() - started)
         await self.recaller.close()
         try:
+            await self.relay.close()
             written = await self.index.snapshot_dirty()
             log.info("shutdown: %d index snapshot(s) written (%.2fs)", written, time.perf_counter() - started)
         finally:
@@ -157,6 +163,8 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         warn_about(gaps)
         # Postgres may be away for a while; SQLite is a local file that is never "away".
         spool = Spool(settings.storage.data_dir / "spool") if db.engine == "postgres" else None
+        relay = Relay()
+        await relay.open()
         return Services(
             settings=settings,
             credential_gaps=gaps,
@@ -169,6 +177,8 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             recaller=Recaller(store, embedder, settings.recall, settings.upstream),
             capture=Capture(db, clock=store.clock, spool=spool),
             surfaces=SurfaceUpstream(upstream),
+            fast_paths=FastPaths(upstream, settings.upstream.fast_path),
+            relay=relay,
             metrics=metrics,
         )
     except BaseException:

@@ -88,6 +88,15 @@ class Upstream:
         self._aliases = {alias.name: dict(alias.litellm_params) for alias in settings.models}
         self._litellm = import_litellm()
 
+    @property
+    def litellm(self) -> Any:
+        """The imported ``litellm`` module (its provider table decides the fast path)."""
+        return self._litellm
+
+    @property
+    def timeout_s(self) -> float:
+        return self._settings.timeout_s
+
     def route(self, model: str, credential: Credential | None) -> dict[str, Any]:
         """Where a model name goes: model, base URL, key and timeout for LiteLLM."""
         target: dict[str, Any] = {"timeout": self._settings.timeout_s, "max_retries": 0}
@@ -185,28 +194,32 @@ def upstream_http_error(response: httpx.Response) -> ApiError:
     )
 
 
+def timeout_error() -> ApiError:
+    """The provider did not answer within ``upstream.timeout_s`` (both paths)."""
+    return ApiError(
+        504, "The upstream provider did not answer in time.", type="timeout_error", code="upstream_timeout"
+    )
+
+
+def unreachable_error(detail: str) -> ApiError:
+    """The provider could not be reached, or the connection broke (both paths)."""
+    return ApiError(
+        502, f"Upstream connection failed: {detail}", type="server_error", code="upstream_unavailable"
+    )
+
+
 def to_api_error(exc: Exception) -> ApiError:
     """Map a LiteLLM/provider exception to the status and body the provider sent."""
     if isinstance(exc, ApiError):
         return exc
     name = type(exc).__name__
     if name == "Timeout" or isinstance(exc, TimeoutError):
-        return ApiError(
-            504,
-            "The upstream provider did not answer in time.",
-            type="timeout_error",
-            code="upstream_timeout",
-        )
+        return timeout_error()
     status = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
     error = body.get("error", body) if isinstance(body, dict) else _error_from_response(exc)
     if name in ("APIConnectionError", "InternalServerError") and not isinstance(error, dict):
-        return ApiError(
-            502,
-            f"Upstream connection failed: {_plain_message(exc)}",
-            type="server_error",
-            code="upstream_unavailable",
-        )
+        return unreachable_error(_plain_message(exc))
     if not isinstance(status, int) or status < 400:
         status = 500 if name != "BadRequestError" else 400
     headers = _passed_headers(exc)

@@ -105,3 +105,41 @@ def engine_proxy(request: pytest.FixtureRequest) -> Proxy:
     name = "sqlite_proxy" if request.param == "sqlite" else "pg_proxy"
     handle: Proxy = request.getfixturevalue(name)
     return handle
+
+
+# The two upstream paths (``tests.support.paths.on_both_paths``): the default settings take
+# the fast path (the fake is an OpenAI-compatible endpoint); ``fast_path: off`` takes LiteLLM.
+@pytest.fixture(scope="session")
+def fast_proxy(sqlite_proxy: Proxy) -> Proxy:
+    return sqlite_proxy
+
+
+@pytest.fixture(scope="session")
+def litellm_proxy(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    """``upstream.fast_path: off``: every chat request goes through LiteLLM."""
+    settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("litellm"), upstream={"fast_path": "off"})
+    server, handle = start_proxy(settings)
+    yield handle
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fast_keys_proxy(keys_proxy: Proxy) -> Proxy:
+    return keys_proxy
+
+
+@pytest.fixture(scope="session")
+def litellm_keys_proxy(
+    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    settings = proxy_settings(
+        upstream[1],
+        tmp_path_factory.mktemp("keys-litellm"),
+        auth={"mode": "keys", "keys": KEYS},
+        upstream={"api_key": "sk-server-provider-key", "fast_path": "off"},
+    )
+    server, handle = start_proxy(settings)
+    yield handle
+    server.stop()

@@ -10,7 +10,10 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy
+
+proxy_on_both_paths = on_both_paths("proxy")
 
 
 def scrape(proxy: Proxy) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -29,6 +32,7 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
 
 
 def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy: Proxy) -> None:
+    path = "fast" if proxy.settings.upstream.fast_path == "auto" else "litellm"
     before = scrape(proxy)
     client = proxy.client(**{"X-Memproxy-User-Id": "metrics-" + uuid.uuid4().hex[:8]})
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
@@ -57,8 +61,10 @@ def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy:
             before, count, route=route, streamed=flag
         )
         up = "memproxy_upstream_duration_seconds_count"
-        assert value(after, up, streamed=flag) > value(before, up, streamed=flag)
-    assert value(after, "memproxy_upstream_duration_seconds_sum", streamed="false") > 0
+        assert value(after, up, streamed=flag, path=path) > value(before, up, streamed=flag, path=path)
+        other = "litellm" if path == "fast" else "fast"  # the label says which path was taken
+        assert value(after, up, streamed=flag, path=other) == value(before, up, streamed=flag, path=other)
+    assert value(after, "memproxy_upstream_duration_seconds_sum", streamed="false", path=path) > 0
 
 
 def test_unknown_paths_share_one_route_label(proxy: Proxy) -> None:

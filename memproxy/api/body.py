@@ -27,7 +27,11 @@ async def read_bytes(request: Request, max_bytes: int) -> bytes:
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     """The body as a JSON object; 413 past ``max_bytes`` (checked while reading), 400 if not JSON."""
-    raw = await read_bytes(request, max_bytes)
+    return parse_json_object(await read_bytes(request, max_bytes))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` as a JSON object, or a 400 saying why not."""
     if not raw.strip():
         raise ApiError(400, "The request body is empty; expected a JSON object.", code="invalid_json")
     try:

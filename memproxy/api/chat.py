@@ -1,4 +1,7 @@
-"""``POST /v1/chat/completions``: recall → forward through LiteLLM → relay → capture.
+"""``POST /v1/chat/completions``: recall → forward (fast path or LiteLLM) → relay → capture.
+
+An OpenAI-wire route (``memproxy.fastpath``) is relayed byte for byte by ``fast_chat``;
+every other route goes through LiteLLM here.
 
 Invariants:
 - The caller's body is never mutated; what is forwarded is a copy with, at most, one
@@ -23,8 +26,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from memproxy.api.body import read_json_object, validate_chat_body
+from memproxy.api.body import parse_json_object, read_bytes, validate_chat_body
 from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.fast_chat import fast_chat, outgoing_body
 from memproxy.errors import ApiError
 from memproxy.outbox.capture import HEADER as CAPTURE_RESPONSE_HEADER
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
@@ -60,7 +64,8 @@ def _strip(value: Any) -> Any:
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
 async def chat_completions(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    body = await read_json_object(request, services.settings.server.max_body_bytes)
+    raw = await read_bytes(request, services.settings.server.max_body_bytes)
+    body = parse_json_object(raw)
     validate_chat_body(body)
     request_scope = parse_request_scope(credential.tenant, dict(request.headers), body.get("user"))
     forwarded, headers = await _recall(services, body, request_scope)
@@ -68,6 +73,10 @@ async def chat_completions(request: Request, credential: CredentialDep, services
     # Planned from the caller's own body: the injected memory message is never captured.
     plan = services.capture.plan(request_scope, body)
     headers[CAPTURE_RESPONSE_HEADER] = plan.job_id if plan else CAPTURE_OFF
+    route = services.fast_paths.route(body["model"], credential)
+    if route is not None:  # an OpenAI-wire provider: relayed byte for byte
+        outgoing = outgoing_body(raw, body, forwarded, route)
+        return await fast_chat(services, route, outgoing, bool(body.get("stream")), headers, plan)
     if body.get("stream"):
         return await _stream(services, credential, forwarded, headers, plan)
     with services.metrics.time_upstream(streamed=False):

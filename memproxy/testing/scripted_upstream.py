@@ -10,6 +10,7 @@ concurrent tests do not step on each other:
 - ``slow``: 50 ms between streamed chunks
 - ``tools``: answers with a tool call
 - anything else: a deterministic text answer (``reply_for``)
+- a model name registered in ``raw``: exactly those bytes (``RawReply``)
 
 The same behaviours answer OpenAI's Responses API (``scripted_responses``: ``/v1/responses``,
 typed SSE events, stored answers for ``GET``/``DELETE``) and Anthropic's Messages API
@@ -58,6 +59,27 @@ class Recorded:
 
 
 @dataclass
+class RawReply:
+    """Exact bytes to answer with (for byte-for-byte relay tests): one body, or SSE pieces."""
+
+    body: bytes | list[bytes]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    media_type: str = "application/json"
+
+    def response(self) -> Response:
+        if isinstance(self.body, list):
+            pieces = list(self.body)
+
+            async def chunks() -> AsyncIterator[bytes]:
+                for piece in pieces:
+                    yield piece
+
+            return StreamingResponse(chunks(), self.status, self.headers, self.media_type)
+        return Response(self.body, self.status, self.headers, self.media_type)
+
+
+@dataclass
 class ScriptedUpstream:
     """State of the fake provider; ``app`` serves it."""
 
@@ -65,6 +87,8 @@ class ScriptedUpstream:
     canned: deque[str] = field(default_factory=deque)
     # May return the answer or an awaitable of it (a test can hold an extraction open).
     extractor: Callable[[dict[str, Any]], str | Awaitable[str]] | None = None
+    # Model name → exact reply (``RawReply``), checked before every other behaviour.
+    raw: dict[str, RawReply] = field(default_factory=dict)
     cancelled_streams: int = 0
     completed_streams: int = 0
     # Responses API answers by id (``previous_response_id``, GET, DELETE).
@@ -186,6 +210,8 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = await self._record(request)
         model = str(body.get("model", ""))
+        if model in self.raw:
+            return self.raw[model].response()
         if (failure := _failure(model)) is not None:
             return failure
         if "hang" in model:

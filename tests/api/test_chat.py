@@ -11,7 +11,12 @@ import openai
 import pytest
 
 from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy
+
+# Every test here runs on the fast path and on the LiteLLM path.
+proxy_on_both_paths = on_both_paths("proxy")
+keys_proxy_on_both_paths = on_both_paths("keys_proxy")
 
 
 def test_plain_answer_equals_upstream(proxy: Proxy, fake: ScriptedUpstream) -> None:

@@ -22,10 +22,15 @@ from tests.support.proxy import Proxy
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
-@pytest.fixture
-def proxy(engine_proxy: Proxy) -> Proxy:
-    """Every test of this suite runs on both engines (SQLite and Postgres)."""
-    return engine_proxy
+# Both engines on the default (fast) upstream path, and SQLite on the LiteLLM path.
+_PROXIES = {"sqlite": "sqlite_proxy", "postgres": "pg_proxy", "litellm-path": "litellm_proxy"}
+
+
+@pytest.fixture(params=list(_PROXIES))
+def proxy(request: pytest.FixtureRequest) -> Proxy:
+    """Every test of this suite runs on both engines (SQLite and Postgres) and both upstream paths."""
+    handle: Proxy = request.getfixturevalue(_PROXIES[request.param])
+    return handle
 
 
 def rows_mentioning(proxy: Proxy, needle: str) -> list[tuple[object, ...]]:

@@ -29,7 +29,11 @@ from memproxy.proxy.recall import (
     neutralize,
 )
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream
+from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
+
+# Every test here runs on the fast path and on the LiteLLM path.
+proxy_on_both_paths = on_both_paths("proxy")
 
 TODAY = datetime.now(UTC).date().isoformat()
 

@@ -1,0 +1,72 @@
+"""Which routes take the fast path, and with which URL, model name and key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memproxy.auth import Credential
+from memproxy.config import UpstreamSettings
+from memproxy.fastpath import FastPaths, FastRoute
+from memproxy.upstream import Upstream
+
+CALLER = Credential(tenant="t", provider_key="sk-caller")
+SERVER_SIDE = Credential(tenant="t", provider_key=None)  # keys mode
+
+
+def paths(mode: str = "auto", **upstream: Any) -> FastPaths:
+    return FastPaths(Upstream(UpstreamSettings.model_validate(upstream)), mode)
+
+
+@pytest.fixture(autouse=True)
+def no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "GROQ_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_api_base_sends_every_model_to_it_with_the_callers_key() -> None:
+    route = paths(api_base="http://127.0.0.1:9/v1/").route("claude-3-5-sonnet", CALLER)
+    assert route == FastRoute("openai", "http://127.0.0.1:9/v1", "claude-3-5-sonnet", "sk-caller", 600.0)
+
+
+def test_alias_brings_its_model_and_key() -> None:
+    alias = {"name": "smart", "litellm_params": {"model": "openai/aliased", "api_key": "sk-alias"}}
+    route = paths(api_base="http://h/v1", models=[alias], timeout_s=5).route("smart", CALLER)
+    assert route == FastRoute("openai", "http://h/v1", "aliased", "sk-alias", 5.0)
+
+
+def test_provider_prefixes_resolve_to_their_openai_compatible_base() -> None:
+    fast = paths()
+    assert fast.route("gpt-4o-mini", CALLER) == FastRoute(
+        "openai", "https://api.openai.com/v1", "gpt-4o-mini", "sk-caller", 600.0
+    )
+    groq = fast.route("groq/llama3-8b", CALLER)
+    assert (
+        groq is not None and groq.base_url == "https://api.groq.com/openai/v1" and groq.model == "llama3-8b"
+    )
+
+
+@pytest.mark.parametrize(
+    "model", ["azure/gpt-4o", "anthropic/claude-3-5-sonnet", "ollama_chat/llama3", "gemini/gemini-pro",
+              "bedrock/anthropic.claude-v2", "no-provider-known"],
+)  # fmt: skip
+def test_other_providers_keep_litellms_translation(model: str) -> None:
+    assert paths().route(model, CALLER) is None
+
+
+def test_alias_with_options_the_relay_does_not_honour_goes_through_litellm() -> None:
+    alias = {"name": "v", "litellm_params": {"model": "openai/x", "extra_headers": {"X-A": "1"}}}
+    assert paths(api_base="http://h/v1", models=[alias]).route("v", CALLER) is None
+
+
+def test_keys_mode_uses_the_server_key_then_the_providers_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    route = paths(api_base="http://h/v1", api_key="sk-server").route("m", SERVER_SIDE)
+    assert route is not None and route.api_key == "sk-server"
+    monkeypatch.setenv("GROQ_API_KEY", "sk-groq-env")
+    groq = paths().route("groq/llama3-8b", SERVER_SIDE)
+    assert groq is not None and groq.api_key == "sk-groq-env"
+
+
+def test_off_means_never() -> None:
+    assert paths("off", api_base="http://h/v1").route("gpt-4o-mini", CALLER) is None
