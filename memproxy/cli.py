@@ -76,21 +76,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_storage(settings)
 
     from memproxy.api.access_log import configure_logging
-    from memproxy.api.app import create_app
-    from memproxy.api.serving import serve
+    from memproxy.serve import run_server
 
     check_data_dir(settings)
+    if getattr(args, "workers", None) is not None:
+        settings.server.workers = args.workers
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()
-    # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
-    # process with -SIGTERM; a clean, graceful shutdown should exit 0.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    config_path = find_config_path(args.config, dict(os.environ))
     if not args.offline:
-        return serve(create_app(settings), settings)
+        return run_server(settings, config_path, settings.server.workers)
+    if settings.server.workers > 1:
+        raise ConfigError("--offline serves from one process: leave out --workers and server.workers")
     from memproxy.offline import offline_upstream
 
     with offline_upstream(settings):
-        return serve(create_app(settings), settings)
+        return run_server(settings, config_path, 1)
 
 
 def cmd_fake_upstream(args: argparse.Namespace) -> int:
@@ -311,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.add_argument("--offline", action="store_true",
                        help="no provider key needed: model calls go to the bundled scripted stand-in")  # fmt: skip
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes serving one port on the same data dir (default: server.workers, 1)",
+    )
     serve.set_defaults(func=cmd_serve)
     fake = sub.add_parser("fake-upstream", help="run the scripted OpenAI-compatible stand-in for a provider")
     fake.add_argument("--host", default="127.0.0.1")

@@ -38,6 +38,8 @@ class ServerSettings(_Section):
     log_content: bool = False
     # How long SIGTERM waits for in-flight streams before closing them.
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+    # Processes serving the port (``memproxy serve --workers N`` overrides); they share the data dir.
+    workers: int = Field(default=1, ge=1, le=64)
 
 
 class StorageSettings(_Section):

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from memproxy.errors import error_body
 
 log = logging.getLogger("memproxy.serving")
 
+_PROTOCOL_PREFIX = "CappedHeadersProtocol_"
 # How long a rejected connection may go on sending (its bytes are dropped) before it is closed.
 _LINGER_S = 5.0
 
@@ -50,9 +52,14 @@ def _too_large_response(max_bytes: int) -> bytes:
     return head + body
 
 
+@functools.cache
 def capped_http_protocol(max_header_bytes: int) -> Any:
     """uvicorn's httptools protocol with the header cap (a subclass bound to the limit), or
-    ``"h11"`` when httptools is not installed."""
+    ``"h11"`` when httptools is not installed.
+
+    One class per limit, reachable as ``CappedHeadersProtocol_<limit>`` on this module
+    (``__getattr__``), so pickle can pass it by reference to ``serve --workers`` processes.
+    """
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - httptools is a dependency
@@ -121,7 +128,17 @@ def capped_http_protocol(max_header_bytes: int) -> Any:
             self.transport.write_eof()
             self.loop.call_later(_LINGER_S, self.transport.close)
 
+    CappedHeadersProtocol.__name__ = CappedHeadersProtocol.__qualname__ = (
+        f"{_PROTOCOL_PREFIX}{max_header_bytes}"
+    )
     return CappedHeadersProtocol
+
+
+def __getattr__(name: str) -> Any:
+    """``CappedHeadersProtocol_<limit>``: how an unpickling worker process finds the class."""
+    if name.startswith(_PROTOCOL_PREFIX) and name[len(_PROTOCOL_PREFIX) :].isdigit():
+        return capped_http_protocol(int(name[len(_PROTOCOL_PREFIX) :]))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

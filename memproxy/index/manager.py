@@ -13,6 +13,11 @@ Invariants:
   to a temp file in the same directory, fsynced and ``os.replace``d. They carry format
   version, embedder identity, dim and seq, and a sha256 over header and payload; a
   missing, stale or corrupt snapshot is rebuilt from the database (and logged).
+- Several processes may share the data dir (``serve --workers N``, ``memproxy worker``):
+  each catches up from the change log, snapshot temp names are unique per writer and the
+  rename is atomic, so the last writer wins with a whole, self-consistent file (an older
+  seq only means more replay at load); ``drop_forgotten`` deletes a snapshot older than a
+  forget made through another process.
 - Per-scope ``asyncio.Lock`` serializes mutation and search of one scope; FAISS work
   that can be big runs in a worker thread, never on the event loop.
 """

@@ -1,0 +1,143 @@
+"""``memproxy serve --workers 2``: two processes on one port and one data dir.
+
+Real subprocesses (the supervisor and its workers) against the session's scripted upstream.
+What must hold: every process answers; a memory written through one is found through any;
+each captured turn is extracted exactly once although both processes run a worker; after
+a forget no snapshot holds the scope's entries, whichever process had loaded it; SIGTERM stops everything with exit 0,
+and killing the supervisor takes its workers with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memproxy.auth import passthrough_tenant
+from memproxy.index import snapshot as snapshot_file
+from memproxy.scope import Scope
+from memproxy.testing.background_server import free_port
+from memproxy.testing.scripted_upstream import ScriptedUpstream
+from tests.support.memory_flow import TOKEN, chat, memories, search, unique, wait_job, wait_until
+from tests.support.serve_process import ServeProcess, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def children(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def is_worker(pid: int) -> bool:
+    try:
+        return (
+            b"memproxy" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            or b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def served(
+    upstream: tuple[ScriptedUpstream, str], tmp_path: Path
+) -> Iterator[tuple[ServeProcess, str, Path]]:
+    port = free_port()
+    data_dir = tmp_path / "data"
+    config = write_config(tmp_path / "config.yaml", {
+        "server": {"port": port},
+        "storage": {"data_dir": str(data_dir)},
+        "upstream": {"api_base": upstream[1], "timeout_s": 10},
+        "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
+        "index": {"snapshot_interval_s": 0.2},
+    })  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with ServeProcess("serve", config, tmp_path / "serve.log", args=("--workers", "2")) as server:
+        server.wait_ready(url, timeout=120)
+        try:
+            yield server, url, data_dir
+        finally:
+            for pid in children(server.process.pid):  # never leave a worker behind
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_two_processes_share_one_data_dir(
+    served: tuple[ServeProcess, str, Path], fake: ScriptedUpstream
+) -> None:
+    server, url, data_dir = served
+    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
+    assert len(workers) >= 2, server.log_text()
+
+    # Written through whichever process accepts; found through every connection after it.
+    user = unique("shared")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    created = httpx.post(url + "/v1/memories", headers=headers, timeout=10,
+                         json={"user_id": user, "text": "Keeps bees on the roof"})  # fmt: skip
+    assert created.status_code == 201, created.text
+    with ThreadPoolExecutor(8) as pool:  # new connection each: the kernel spreads them over both
+        found = list(pool.map(lambda _: search(url, user, "bees roof"), range(24)))
+    assert all(hits and hits[0]["text"] == "Keeps bees on the roof" for hits in found)
+
+    # Both processes run a worker; each turn is extracted once.
+    people = [unique("p") for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        turns = list(pool.map(lambda p: chat(url, [{"role": "user", "content": f"I live in Town{p[-4:]}"}],
+                                             user=p), people))  # fmt: skip
+    for person, turn in zip(people, turns, strict=True):
+        assert turn.status == 200
+        done = wait_job(url, turn.job_id, timeout=60)
+        assert done["attempts"] == 1
+        assert [m["text"] for m in memories(url, person)] == [f"User lives in Town{person[-4:]}"]
+    calls = [r for r in fake.chat_requests(extraction=True) if any(p in str(r.body) for p in people)]
+    assert len(calls) <= len(people)
+
+    # Forget: no snapshot of the scope survives, whichever process had written one.
+    snapshot = data_dir / "index" / f"{Scope(passthrough_tenant(TOKEN), people[0], '').key}.faiss"
+    with ThreadPoolExecutor(4) as pool:  # load the scope in both processes
+        list(pool.map(lambda _: search(url, people[0], "Town"), range(8)))
+    wait_until(snapshot.exists, 30)
+    forgotten = httpx.delete(url + "/v1/memories", params={"user_id": people[0]}, headers=headers, timeout=10)
+    assert forgotten.status_code == 200
+    with ThreadPoolExecutor(4) as pool:
+        assert not any(pool.map(lambda _: search(url, people[0], "Town"), range(8)))
+    time.sleep(1.0)  # five snapshot intervals of both processes
+    if snapshot.exists():  # a search after the forget may snapshot the (now empty) scope again
+        _, arrays = snapshot_file.decode(snapshot.read_bytes())
+        assert len(arrays["lex_nums"]) == 0 and len(arrays.get("vec_nums", [])) == 0
+        assert f"town{people[0][-4:]}".encode() not in snapshot.read_bytes()
+
+    assert server.stop(signal.SIGTERM, timeout=60) == 0
+    assert not [p for p in workers if alive(p)]
+
+
+def test_killing_the_supervisor_takes_the_workers_along(served: tuple[ServeProcess, str, Path]) -> None:
+    server, _, _ = served
+    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
+    server.process.kill()
+    server.process.wait(30)
+    wait_until(lambda: not [p for p in workers if alive(p)], 30)
