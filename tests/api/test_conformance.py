@@ -17,11 +17,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from memproxy.testing.scripted_upstream import RawReply, ScriptedUpstream
 from tests.support.proxy import Proxy
 
-MESSAGES = [{"role": "user", "content": "conformance"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "conformance"}]
 _HEAD = b'{"id":"chatcmpl-conf","object":"chat.completion","created":1700000000,"model":"m",'
 _TAIL = b',"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"system_fingerprint":"fp_c","x_provider_extra":{"k":[1,2]}}'
 
@@ -182,10 +183,10 @@ def test_sdk_reads_both_paths_alike(
     fast_proxy: Proxy, litellm_proxy: Proxy, models: dict[str, str], path: str
 ) -> None:
     client = (fast_proxy if path == "fast" else litellm_proxy).client()
-    plain = client.chat.completions.create(model=models["plain"], messages=MESSAGES)  # type: ignore[arg-type]
+    plain = client.chat.completions.create(model=models["plain"], messages=MESSAGES)
     assert plain.choices[0].message.content == "Olá, été!"
-    stream = client.chat.completions.create(model=models["stream"], messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    stream = client.chat.completions.create(model=models["stream"], messages=MESSAGES, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Olá there"
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model=models["400"], messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model=models["400"], messages=MESSAGES)
     assert err.value.code == "context_length_exceeded"
