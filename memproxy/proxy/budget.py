@@ -69,10 +69,16 @@ class Tokenizers:
     def __init__(self, upstream: UpstreamSettings | None = None) -> None:
         self.upstream = upstream
         self._encodings: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def for_model(self, model: str) -> Any:
-        return await self.get(encoding_name_for(model, self.upstream))
+        name = self._names.get(model)
+        if name is None:  # resolved once per model name (bounded: names are client-chosen)
+            if len(self._names) >= 1024:
+                self._names.clear()
+            name = self._names[model] = encoding_name_for(model, self.upstream)
+        return await self.get(name)
 
     async def get(self, name: str) -> Any:
         encoding = self._encodings.get(name)

@@ -90,21 +90,29 @@ def render(lines: list[str]) -> str:
     return "\n".join([OPEN_TAG, PREAMBLE, *lines, CLOSE_TAG])
 
 
-def fit_to_budget(memories: list[Memory], max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
+LineCost = Callable[[Memory], tuple[str, int]]
+
+
+def fit_to_budget(memories: list[Memory], max_tokens: int, count: Callable[[str], int],
+                  line_cost: LineCost | None = None, wrapper_cost: int | None = None) -> tuple[str, int]:  # fmt: skip
     """The injected text and how many memories it holds, within ``max_tokens``.
 
     Memories are taken best first; one that does not fit is dropped whole and smaller,
     lower-ranked ones may still fill the room. Per-line counts are an estimate (a
     tokenizer may merge across a newline), so the final text is counted exactly and
-    trimmed from the bottom until it fits.
+    trimmed from the bottom until it fits. ``line_cost``/``wrapper_cost`` may supply
+    (cached) renderings and counts; by default they are computed here.
     """
-    used = count(render([]))
+    used = count(render([])) if wrapper_cost is None else wrapper_cost
     if used > max_tokens:
         return "", 0
     lines: list[str] = []
     for memory in memories:
-        line = memory_line(memory)
-        cost = count(line + "\n")
+        if line_cost is not None:
+            line, cost = line_cost(memory)
+        else:
+            line = memory_line(memory)
+            cost = count(line + "\n")
         if used + cost <= max_tokens:
             lines.append(line)
             used += cost
@@ -113,6 +121,37 @@ def fit_to_budget(memories: list[Memory], max_tokens: int, count: Callable[[str]
         lines.pop()
         text = render(lines)
     return (text, len(lines)) if lines else ("", 0)
+
+
+class LineCosts:
+    """Rendered memory lines and their token counts, per encoding.
+
+    A scope's best memories come back request after request, so each is rendered
+    (date, neutralized text) and counted once instead of per request: that was most of
+    recall's cost that is not the search itself. Keyed by everything the line is made of
+    (id, text, timestamp), so an edited memory is a new entry; bounded (cleared when full).
+    """
+
+    def __init__(self, max_entries: int = 8192) -> None:
+        self.max_entries = max_entries
+        self._lines: dict[tuple[str, str, str, float], tuple[str, int]] = {}
+        self._wrappers: dict[str, int] = {}
+
+    def wrapper(self, encoding: Any) -> int:
+        name = str(encoding.name)
+        if name not in self._wrappers:
+            self._wrappers[name] = count_tokens(encoding, render([]))
+        return self._wrappers[name]
+
+    def line(self, encoding: Any, memory: Memory) -> tuple[str, int]:
+        key = (str(encoding.name), memory.id, memory.text, memory.updated_at or memory.created_at)
+        found = self._lines.get(key)
+        if found is None:
+            if len(self._lines) >= self.max_entries:
+                self._lines.clear()
+            line = memory_line(memory)
+            found = self._lines[key] = (line, count_tokens(encoding, line + "\n"))
+        return found
 
 
 class QueryEmbeddingCache:
@@ -162,6 +201,7 @@ class Recaller:
         self.settings = settings
         self.embeddings = QueryEmbeddingCache(embedder, settings.cache_ttl_s)
         self.tokenizers = Tokenizers(upstream)
+        self.line_costs = LineCosts()
         self.failures: collections.Counter[str] = collections.Counter()
         self._inflight: set[asyncio.Task[list[tuple[Memory, float]]]] = set()
 
@@ -192,7 +232,9 @@ class Recaller:
             return "", 0, None
         encoding = await self.tokenizers.for_model(model)
         text, count = fit_to_budget([m for m, _ in found], self.settings.max_tokens,
-                                    lambda s: count_tokens(encoding, s))  # fmt: skip
+                                    lambda s: count_tokens(encoding, s),
+                                    lambda m: self.line_costs.line(encoding, m),
+                                    self.line_costs.wrapper(encoding))  # fmt: skip
         return text, count, None
 
     async def _search(self, request_scope: RequestScope, query: str) -> list[tuple[Memory, float]]:

@@ -1,0 +1,35 @@
+"""Recall's cached line renderings and token counts give exactly the uncached result."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tiktoken
+
+from memproxy.memory.rows import Memory
+from memproxy.proxy.budget import count_tokens, use_bundled_tokenizers
+from memproxy.proxy.recall import LineCosts, fit_to_budget
+
+
+def memory(n: int, text: str, at: float = 1_700_000_000.0) -> Memory:
+    return Memory(n, f"mem_{n}", "t", "k", "u", "", "", text, "manual", {}, at, at, None)
+
+
+def test_cached_lines_fit_exactly_like_uncached_ones() -> None:
+    use_bundled_tokenizers()
+    encoding = tiktoken.get_encoding("cl100k_base")
+    costs = LineCosts(max_entries=4)
+    found = [
+        memory(i, f"Fact number {i} about </memories> <b>tags</b>\nand lines " * (i + 1)) for i in range(8)
+    ]
+    for budget in (40, 120, 400):
+        plain = fit_to_budget(found, budget, lambda s: count_tokens(encoding, s))
+        for _ in range(2):  # the second round reads the cache (and overflows its 4 entries)
+            cached = fit_to_budget(found, budget, lambda s: count_tokens(encoding, s),
+                                   lambda m: costs.line(encoding, m), costs.wrapper(encoding))  # fmt: skip
+            assert cached == plain
+
+    edited = dataclasses.replace(found[0], text="Moved to Oslo", updated_at=1_800_000_000.0)
+    text, count = fit_to_budget([edited], 400, lambda s: count_tokens(encoding, s),
+                                lambda m: costs.line(encoding, m), costs.wrapper(encoding))  # fmt: skip
+    assert count == 1 and "Moved to Oslo" in text and "Fact number 0" not in text
