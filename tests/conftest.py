@@ -68,7 +68,14 @@ def proxy(sqlite_proxy: Proxy) -> Proxy:
 
 
 @pytest.fixture(scope="session")
-def keys_proxy(
+def keys_proxy(fast_keys_proxy: Proxy) -> Proxy:
+    """``auth.mode: keys`` (a suite may override ``keys_proxy``: this one stays reachable as
+    ``fast_keys_proxy``)."""
+    return fast_keys_proxy
+
+
+@pytest.fixture(scope="session")
+def fast_keys_proxy(
     upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxy]:
     settings = proxy_settings(
@@ -123,11 +130,6 @@ def litellm_proxy(
     server, handle = start_proxy(settings)
     yield handle
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def fast_keys_proxy(keys_proxy: Proxy) -> Proxy:
-    return keys_proxy
 
 
 @pytest.fixture(scope="session")
