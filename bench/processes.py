@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-STARTUP_TIMEOUT_S = 120.0
+STARTUP_TIMEOUT_S = 300.0  # six servers importing LiteLLM at once on 2 shared cores
 STOP_GRACE_S = 30.0
 PR_SET_PDEATHSIG = 1
 
@@ -54,12 +55,14 @@ class Child:
     log_path: Path
     ready_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] | None = None  # added to this process's environment
 
     def start(self) -> None:
         # Without a local cost map LiteLLM fetches one from the internet at import.
         env = {
             **os.environ,
             "LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+            **(self.env or {}),
         }
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -80,14 +83,15 @@ class Child:
         raise TimeoutError(f"{self.ready_url} did not become ready")
 
 
-def memproxy_child(command: str, settings: dict[str, Any], work: Path, name: str) -> Child:
-    """``python -m memproxy <command>`` on ``settings`` (written to ``work/<name>.yaml``, log ``<name>.log``).
+def memproxy_child(command: str, settings: dict[str, Any], work: Path, name: str, *extra: str) -> Child:
+    """``python -m memproxy <command>`` on ``settings`` (written to ``work/<name>.yaml``, log ``<name>.log``),
+    with ``extra`` arguments (``--workers 2``).
 
     A ``serve`` child is ready when its ``/readyz`` answers 200; a ``worker`` has no HTTP port.
     """
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings))
-    args = [sys.executable, "-m", "memproxy", command, "--config", str(config)]
+    args = [sys.executable, "-m", "memproxy", command, "--config", str(config), *extra]
     ready = f"http://127.0.0.1:{settings['server']['port']}/readyz" if command == "serve" else None
     return Child(args, work / f"{name}.log", ready)
 
@@ -142,3 +146,43 @@ def stop(procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) ->
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+LITELLM_PROXY_MODULES = (
+    "litellm.proxy",
+    "apscheduler",
+    "backoff",
+    "websockets",
+    "orjson",
+    "jwt",
+    "fastapi_sso",
+    "mcp",
+)
+
+
+def litellm_proxy_available() -> bool:
+    """Whether ``litellm --config`` can start here: its proxy needs packages LiteLLM's own
+    install does not bring (``pip install 'memproxy[bench]'``)."""
+    import importlib.util
+
+    return shutil.which("litellm") is not None and all(
+        importlib.util.find_spec(name) is not None for name in LITELLM_PROXY_MODULES
+    )
+
+
+def litellm_proxy_child(port: int, models: list[dict[str, Any]], master_key: str, work: Path) -> Child:
+    """LiteLLM's own proxy server as a user runs it: ``litellm --config <yaml> --port <port>``
+    (one worker, its defaults); ready when ``/health/liveliness`` answers."""
+    config = work / "litellm-proxy.yaml"
+    config.write_text(yaml.safe_dump({"model_list": models}))
+    args = [
+        shutil.which("litellm") or "litellm",
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    return Child(args, work / "litellm-proxy.log", f"http://127.0.0.1:{port}/health/liveliness",
+                 env={"LITELLM_MASTER_KEY": master_key})  # fmt: skip

@@ -38,6 +38,7 @@ _PASSED_PREFIXES = ("x-ratelimit-", "openai-")
 _PASSED = frozenset({"content-type", "retry-after", "retry-after-ms"})
 # Connections kept per process: enough for a burst of concurrent streams.
 POOL_SIZE = 256
+KEEPALIVE_S = 4.0
 _DONE = b"[DONE]"
 
 
@@ -73,7 +74,9 @@ class Relay:
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=POOL_SIZE, ttl_dns_cache=300)
+        # Idle connections are dropped before common server idle timeouts (uvicorn's and Node's
+        # 5 s): reusing one the provider is closing at that instant fails the request.
+        connector = aiohttp.TCPConnector(limit=POOL_SIZE, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S)
         # auto_decompress stays on and identity is asked for: if a provider compresses
         # anyway, the client gets the plain bytes (and no Content-Encoding header).
         self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
@@ -91,9 +94,14 @@ class Relay:
         if route.api_key:
             headers["Authorization"] = f"Bearer {route.api_key}"
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=route.timeout_s, sock_read=route.timeout_s)
+        url = route.base_url + path
         try:
-            response = await self._session.post(route.base_url + path, data=body, headers=headers,
-                                                 timeout=timeout)  # fmt: skip
+            try:
+                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+            except aiohttp.ServerDisconnectedError:
+                # A pooled connection the provider closed as we sent: no answer was read, so
+                # send once more on a fresh one (what Go's net/http does for reused connections).
+                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
         except TimeoutError as exc:
             raise timeout_error() from exc
         except aiohttp.ClientError as exc:
