@@ -9,8 +9,9 @@ Invariants:
   carries one the conversation never mentioned (``guards.leaked_example``).
 - Each new message carries the date it was captured, and ``today`` is the latest of them
   (not the day the worker runs): relative dates are relative to when they were said.
-- A retry carries what was wrong with the previous answer (``feedback``), so the model is
-  not asked the identical question that produced the identical bad answer.
+- A retry carries what was wrong with the previous answer (``previous_answer_rejected`` in
+  the payload), so the model is not asked the identical question that produced the
+  identical bad answer. The prompt is always exactly two messages: system, then the payload.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ not small talk, not questions, not general knowledge.
 - Each new message has the date it was sent. Write absolute dates ("on <YYYY-MM-DD>"), \
 never relative ones such as "tomorrow" or "next Friday".
 - earlier_messages are context only (to resolve "it", "there"); extract from new_messages.
+- If previous_answer_rejected is present, your last answer was unusable: fix what it says.
 - Answer with the JSON object only."""
 
 # The prompt's own placeholders; a memory that carries one copied the template.
@@ -142,16 +144,16 @@ def build_messages(
         "earlier_messages": [_brief(m) for m in data.earlier_messages],
         "new_messages": [_brief(m, ts) for m, ts in zip(data.new_messages, times, strict=True)],
     }
+    if data.feedback:
+        # In the payload, not as another message: the user message stays the one JSON document.
+        payload["previous_answer_rejected"] = (
+            f"Your previous answer to this request was rejected: {data.feedback}. "
+            "Answer again, correctly this time: the JSON object only, every text one short sentence."
+        )
     system = SYSTEM_PROMPT.format(max_chars=max_chars)
     if instructions.strip():
         system += "\n\nOperator instructions (they take precedence):\n" + instructions.strip()
-    messages = [
+    return [
         {"role": "system", "content": system},
         {"role": "user", "content": json.dumps(payload, ensure_ascii=False, indent=1)},
     ]
-    if data.feedback:
-        messages.append({"role": "user", "content": (
-            f"Your previous answer to this request was rejected: {data.feedback}\n"
-            "Answer again, correctly this time: the JSON object only, every text one short sentence."
-        )})  # fmt: skip
-    return messages

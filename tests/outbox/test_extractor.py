@@ -53,7 +53,7 @@ def test_prompt_carries_marker_dates_context_instructions_and_local_ids_only() -
                                             {"id": "m2", "text": "User likes jazz"}]  # fmt: skip
     assert payload["earlier_messages"] == [{"role": "user", "content": "Berlin is lovely"}]
     assert PARIS.id not in json.dumps(messages) and JAZZ.id not in json.dumps(messages)
-    assert len(messages) == 2  # no feedback on a first attempt
+    assert len(messages) == 2 and "previous_answer_rejected" not in payload  # a first attempt
 
 
 def test_prompt_examples_are_placeholders_not_facts() -> None:
@@ -68,7 +68,9 @@ def test_a_retry_tells_the_model_what_was_wrong() -> None:
         [{"role": "user", "content": "hi"}], [], [], [MONDAY], feedback="answer is not JSON"
     )
     messages = build_messages(data)
-    assert messages[-1]["role"] == "user" and "rejected: answer is not JSON" in messages[-1]["content"]
+    assert len(messages) == 2 and "previous_answer_rejected" in messages[0]["content"]
+    rejected = json.loads(messages[1]["content"])["previous_answer_rejected"]
+    assert "rejected: answer is not JSON" in rejected
 
 
 def _extractor(**settings: object) -> Extractor:

@@ -124,7 +124,7 @@ def test_the_cut_off_answer_is_bounded_then_retried_with_feedback_and_temperatur
     )  # the recorded repetition loop
 
     def answer(body: dict[str, Any]) -> str:
-        if len(body["messages"]) == 2:  # a first attempt: no feedback message
+        if "previous_answer_rejected" not in payload(body):  # a first attempt: no feedback
             return loop
         return json.dumps({"operations": [{"op": "ADD", "text": f"User is on a {marker} in Japanese"}]})
 
@@ -136,7 +136,7 @@ def test_the_cut_off_answer_is_bounded_then_retried_with_feedback_and_temperatur
     ]
     assert first["max_tokens"] == retry["max_tokens"] == proxy.settings.extraction.max_tokens
     assert "temperature" not in first and retry["temperature"] == proxy.settings.extraction.retry_temperature
-    assert "cut off at the token limit" in retry["messages"][-1]["content"]
+    assert "cut off at the token limit" in payload(retry)["previous_answer_rejected"]
     assert done["attempts"] == 2 and [m["text"] for m in memories(proxy.url, user)] == [
         f"User is on a {marker} in Japanese"
     ]
