@@ -29,6 +29,13 @@ def dump_stacks_on_sigusr1() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
+def check_embedder(settings: Settings) -> None:
+    """A missing model directory or package is a config error now, not a traceback at start."""
+    from memproxy.index.embedder import make_embedder
+
+    make_embedder(settings.embedding, settings.upstream)
+
+
 def check_data_dir(settings: Settings) -> None:
     """Fail in one line, before anything starts, if the data dir cannot be written.
 
@@ -74,6 +81,7 @@ def check_storage(settings: Settings) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = load(args)
     check_storage(settings)
+    check_embedder(settings)
 
     from memproxy.api.access_log import configure_logging
     from memproxy.serve import run_server

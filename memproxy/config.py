@@ -113,11 +113,16 @@ class AuthSettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["hash", "litellm", "local"] = "hash"
-    model: str = "text-embedding-3-small"
+    provider: Literal["hash", "onnx", "litellm", "local"] = "hash"
+    # None: the provider's default (onnx: the built-in all-MiniLM-L6-v2; litellm:
+    # text-embedding-3-small; local: sentence-transformers/all-MiniLM-L6-v2).
+    model: str | None = None
     # Dimension of the built-in ``hash`` embedder (others report their own).
     dim: int = Field(default=256, ge=8, le=8192)
     batch_size: int = Field(default=64, ge=1)
+    # Threads one ``onnx`` model call may use; 1 keeps concurrent requests from fighting
+    # over the cores (calls run in parallel across requests).
+    threads: int = Field(default=1, ge=1, le=64)
 
 
 class IndexSettings(_Section):

@@ -94,6 +94,8 @@ class Services:
         ]
         if not self.db.is_open:
             problems.append("database closed")
+        if not self.embedder.loaded:
+            problems.append(f"embedding model {self.embedder.identity} loading")
         return problems
 
     async def stop_tasks(self) -> None:

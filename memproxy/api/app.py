@@ -133,6 +133,9 @@ def create_app(settings: Settings) -> FastAPI:
         services = await open_services(settings, metrics=app_metrics)
         app.state.services = services
         try:
+            # A neural embedder takes a moment to load: /readyz says so until it is done
+            # (recall and the worker wait for it), instead of the first request paying.
+            services.start_task("embedder", services.embedder.load)
             stale = await services.store.start()
             start_replica_tasks(services)
             services.capture.on_failure = services.metrics.capture_failed

@@ -114,8 +114,8 @@ class MemoryStore:
                      previous, self.embedder.identity, stale)  # fmt: skip
         return stale
 
-    async def _embed_one(self, text: str) -> npt.NDArray[np.float32]:
-        vectors = await self.embedder.embed([text])
+    async def _embed_one(self, text: str, *, query: bool = False) -> npt.NDArray[np.float32]:
+        vectors = await self.embedder.embed([text], query=query)
         return np.asarray(vectors[0], dtype=np.float32)
 
     async def add(
@@ -275,7 +275,7 @@ class MemoryStore:
         vector = query_vector
         if vector is None:
             try:
-                vector = await self._embed_one(query)
+                vector = await self._embed_one(query, query=True)
             except Exception as exc:  # a down embedding provider must not break keyword search
                 log.warning("query embedding failed, searching lexically only: %s", exc)
         found = await self.index.search(scope, vector, query, candidate_count(top_k))

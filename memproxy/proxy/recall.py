@@ -182,7 +182,7 @@ class QueryEmbeddingCache:
             self.hits += 1
             return cached[1]
         self.misses += 1
-        vectors = await self.embedder.embed([text])
+        vectors = await self.embedder.embed([text], query=True)
         vector = np.asarray(vectors[0], dtype=np.float32)
         if self.ttl_s > 0:
             self._entries[key] = (now + self.ttl_s, vector)

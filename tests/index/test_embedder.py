@@ -62,8 +62,12 @@ def test_hash_query_embeds_in_well_under_a_millisecond() -> None:
 
 def test_factory_picks_provider_and_resolves_aliases() -> None:
     assert make_embedder(EmbeddingSettings(provider="hash", dim=32), UpstreamSettings()).identity == "hash:32"
-    local = make_embedder(EmbeddingSettings(provider="local", model="/models/minilm"), UpstreamSettings())
+    local = make_embedder(EmbeddingSettings(provider="local", model="/models/minilm", batch_size=9),
+                          UpstreamSettings())  # fmt: skip
     assert isinstance(local, LocalEmbedder) and local.identity == "local:/models/minilm"
+    assert local.batch_size == 9 and not local.loaded
+    litellm_default = make_embedder(EmbeddingSettings(provider="litellm"), UpstreamSettings())
+    assert litellm_default.identity == "litellm:text-embedding-3-small"
     upstream = UpstreamSettings.model_validate(
         {
             "api_base": "http://127.0.0.1:9/v1",

@@ -313,12 +313,19 @@ def test_recall_fails_open(
 class CountingEmbedder:
     identity = "counting:4"
     dim = 4
+    floor = 0.0
+    loaded = True
 
     def __init__(self) -> None:
         self.calls = 0
+        self.query_calls = 0
 
-    async def embed(self, texts: list[str]) -> Any:
+    async def load(self) -> None:
+        return None
+
+    async def embed(self, texts: list[str], *, query: bool = False) -> Any:
         self.calls += 1
+        self.query_calls += query
         return np.ones((len(texts), 4), dtype=np.float32) / 2
 
 
@@ -330,7 +337,7 @@ def test_query_embedding_cache_expires_and_is_bounded() -> None:
     async def run() -> None:
         await cache.embed_query("a")
         await cache.embed_query("a")
-        assert embedder.calls == 1
+        assert embedder.calls == 1 and embedder.query_calls == 1  # embedded as a query
         now[0] = 11.0
         await cache.embed_query("a")
         assert embedder.calls == 2

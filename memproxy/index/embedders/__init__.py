@@ -1,0 +1,1 @@
+"""Embedder families, one module each; ``memproxy.index.embedder`` picks one from config."""

