@@ -31,7 +31,8 @@ from memproxy.services import open_services
 
 async def run(memories: int, requests: int) -> dict[str, object]:
     settings = settings_from_dict({"storage": {"data_dir": tempfile.mkdtemp(prefix="memproxy-recall-bench-")},
-                                   "recall": {"cache_ttl_s": 0}})  # fmt: skip
+                                   "recall": {"cache_ttl_s": 0},
+                                   "embedding": {"provider": "hash"}})  # fmt: skip
     scope = Scope("bench-tenant", overhead.USER_ID, "")
     await overhead.seed_memories(settings, scope, memories)
     services = await open_services(settings)

@@ -113,7 +113,7 @@ class AuthSettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["hash", "onnx", "litellm", "local"] = "hash"
+    provider: Literal["hash", "onnx", "litellm", "local"] = "onnx"
     # None: the provider's default (onnx: the built-in all-MiniLM-L6-v2; litellm:
     # text-embedding-3-small; local: sentence-transformers/all-MiniLM-L6-v2).
     model: str | None = None
@@ -136,7 +136,9 @@ class IndexSettings(_Section):
 class RecallSettings(_Section):
     top_k: int = Field(default=8, ge=1, le=100)
     max_tokens: int = Field(default=400, ge=0)
-    min_score: float = 0.0
+    # Chosen on bench/retrieval_quality.py: scores are measured from the embedder's noise
+    # floor, so 0.1 keeps weak but real matches and drops the barely related.
+    min_score: float = Field(default=0.1, ge=0.0, le=1.0)
     timeout_ms: int = Field(default=500, ge=1)
     cache_ttl_s: float = Field(default=60.0, ge=0)
     # Where the memory block goes (``proxy.placement``). "end" keeps the caller's whole prompt a

@@ -23,7 +23,7 @@ def test_defaults_without_a_file() -> None:
 
 def test_repo_config_yaml_is_valid() -> None:
     settings = load_settings(Path(__file__).parent.parent / "config.yaml", environ={})
-    assert settings.embedding.provider == "hash"
+    assert settings.embedding.provider == "onnx" and settings.recall.min_score == 0.1
 
 
 def test_env_overrides_file_and_parses_types(tmp_path: Path) -> None:

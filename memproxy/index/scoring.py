@@ -1,26 +1,39 @@
-"""Hybrid search scoring: fuse vector and BM25 candidates, then score them absolutely.
+"""Hybrid search scoring: fuse vector and BM25 candidates, gate them on evidence, score them.
 
 How a search works (``MemoryStore.search`` orchestrates it):
-1. The query is embedded; the scope's FAISS index yields ``top_k * CANDIDATE_FACTOR``
-   nearest vectors and its BM25 index as many keyword matches.
+1. The query is embedded (as a query); the scope's FAISS index yields
+   ``candidate_count(top_k)`` nearest vectors and its BM25 index as many keyword matches.
 2. The two ranked lists are fused with reciprocal rank fusion,
-   ``rrf(d) = sum over lists of 1 / (RRF_K + rank_d)`` with ``RRF_K = 60`` (the constant
-   from Cormack et al. 2009: large enough that one list's top rank does not drown the
-   other's); the best ``top_k * POOL_FACTOR`` by RRF plus the best ``top_k`` of each list
-   are hydrated from SQLite by num. That drops anything deleted or expired since the
-   index saw it.
-3. Each hydrated memory gets an absolute **score** in [0, 1]:
+   ``rrf(d) = sum over lists of 1 / (RRF_K + rank_d)`` with ``RRF_K = 60`` (Cormack et al.
+   2009: large enough that one list's top rank does not drown the other's); the best
+   ``top_k * POOL_FACTOR`` by RRF plus the best ``top_k`` of each list are hydrated from
+   SQLite by num. That drops anything deleted or expired since the index saw it.
+3. **Evidence gate.** A query made only of small talk ("hi", "thanks a lot", "good
+   morning", "see you later": every indexed term is a greeting, thanks, acknowledgement,
+   farewell or laughter word, ``SMALL_TALK``) searches nothing. Otherwise a memory is kept only if it shares an indexed (non-stopword) term
+   with the query (lexical evidence) or its cosine to the query is above the embedder's
+   ``floor`` (semantic evidence: above what unrelated text reaches in that space, see
+   ``memproxy.index.calibration``). "hi" shares no term and no meaning with a memory, so
+   nothing is recalled for it, whatever ``min_score`` says.
+4. Each remaining memory gets an absolute **score** in [0, 1]:
    ``score = 1 - (1 - v) * (1 - l)`` (a probabilistic OR), where
-   ``v = max(0, cosine(query, memory))`` from its stored vector (0 if it has none in the
-   current embedding space) and ``l`` is the IDF-weighted share of the query's indexed
-   terms the memory contains. So a memory matching a rare exact keyword (a product code,
-   a name) scores high even when the vectors disagree, and a paraphrase scores its cosine.
-4. Results with ``score < min_score`` are dropped; the rest are returned by score, best
-   first (RRF breaks ties). ``min_score`` is therefore an absolute relevance floor:
-   0 keeps every candidate, ~0.3 drops weak matches, 1 only exact matches.
+   ``v = (cosine - floor) / (1 - floor)`` clipped to [0, 1] (the cosine above the noise
+   level, so ``v`` means the same for every embedder) and ``l`` is half the IDF-weighted
+   share of the query's indexed terms the memory contains (``Ranking.lexical_weight``). A memory matching a rare exact
+   keyword (a product code, a name) scores high even when the vectors disagree, and a
+   paraphrase scores its semantic similarity.
+5. Results with ``score < min_score`` are dropped; the rest are returned by score, best
+   first (RRF breaks ties). ``min_score`` is an absolute relevance floor: 0 keeps every
+   memory with evidence, 1 only exact matches; ``recall.min_score``'s default is chosen
+   on bench/retrieval_quality.py.
+
+``Ranking`` holds the knobs; its defaults are the tuned pipeline, and
+``Ranking.legacy()`` is the pipeline before the gate (kept to measure against).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -28,9 +41,47 @@ import numpy.typing as npt
 from memproxy.index.lexical import tokenize
 
 RRF_K = 60
+# Words of phatic talk. A query with no other indexed term carries no topic to search for:
+# without this, "good morning" finds "I study every morning" by its shared word.
+SMALL_TALK = frozenset(
+    """hi hello hey hiya howdy yo greetings morning afternoon evening night gm gn thanks thank thx ty
+    cheers appreciate appreciated welcome ok okay k kk alright right sure yes yeah yep yup nope nah
+    cool nice great good fine perfect awesome excellent wonderful lovely amazing fantastic brilliant
+    sweet neat lol haha hahaha hehe lmao rofl wow oh ah aha hmm hm uh um oops bye goodbye later see ya
+    soon going sounds got gotcha understood noted agreed indeed exactly totally absolutely definitely much
+    lot lots really sup whats hows please pls anyway""".split()
+)
 CANDIDATE_FACTOR = 4
 POOL_FACTOR = 3
 MIN_CANDIDATES = 20
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How candidates are gated and scored (the defaults are what search uses)."""
+
+    # Drop memories with neither a shared term nor a cosine above the embedder's floor.
+    gate: bool = True
+    # Measure cosines from the embedder's floor (True) or from 0 (the legacy scoring).
+    rescale: bool = True
+    # Also drop results scoring below this share of the best result's score.
+    relative: float = 0.0
+    # How much a full keyword match counts against a full semantic one (0.5 ranked the
+    # evidence turn first more often on bench/retrieval_quality.py: R@1 52.6 -> 57.7).
+    lexical_weight: float = 0.5
+
+    @classmethod
+    def legacy(cls) -> Ranking:
+        """Scoring before the evidence gate: raw cosine, every candidate kept."""
+        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0)
+
+
+DEFAULT_RANKING = Ranking()
+
+
+def is_small_talk(query: str) -> bool:
+    """True when the query has no indexed term outside ``SMALL_TALK`` (or none at all)."""
+    return all(term in SMALL_TALK for term in tokenize(query))
 
 
 def candidate_count(top_k: int) -> int:
@@ -82,8 +133,23 @@ def cosine(query: npt.NDArray[np.float32] | None, blob: bytes | None) -> float:
     return max(0.0, float(np.dot(query.reshape(-1), vector)))
 
 
+def above_floor(cos: float, floor: float) -> float:
+    """The cosine's share of the way from the noise floor to 1, in [0, 1]."""
+    if floor >= 1.0:
+        return 0.0
+    return min(max((cos - floor) / (1.0 - floor), 0.0), 1.0)
+
+
 def combine(vector_score: float, lexical_score: float) -> float:
     """Probabilistic OR: either signal alone can make a memory relevant."""
     v = min(max(vector_score, 0.0), 1.0)
     lex = min(max(lexical_score, 0.0), 1.0)
     return 1.0 - (1.0 - v) * (1.0 - lex)
+
+
+def relevance(cos: float, lexical: float, floor: float, ranking: Ranking = DEFAULT_RANKING) -> float | None:
+    """A memory's score from its cosine and term coverage; None when it has no evidence."""
+    semantic = above_floor(cos, floor) if ranking.rescale else max(cos, 0.0)
+    if ranking.gate and lexical <= 0.0 and cos <= floor:
+        return None
+    return combine(semantic, lexical * ranking.lexical_weight)

@@ -35,7 +35,16 @@ from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
-from memproxy.index.scoring import candidate_count, candidate_pool, combine, cosine, term_coverage
+from memproxy.index.scoring import (
+    DEFAULT_RANKING,
+    Ranking,
+    candidate_count,
+    candidate_pool,
+    cosine,
+    is_small_talk,
+    relevance,
+    term_coverage,
+)
 from memproxy.memory import rows
 from memproxy.memory.guards import MemoryRefused, RefusalHook, check_text
 from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
@@ -88,6 +97,8 @@ class MemoryStore:
         self.embedder = embedder
         self.index = index
         self.clock = clock
+        # How search gates and scores candidates (bench/retrieval_quality.py compares others).
+        self.ranking: Ranking = DEFAULT_RANKING
         self.max_chars = max_chars
         # Told (reason, source) of every refused text; wired to metrics by ``services``.
         self.on_refused: RefusalHook | None = None
@@ -270,7 +281,7 @@ class MemoryStore:
 
         ``query_vector`` lets a caller that already embedded the query skip embedding.
         """
-        if not query.strip() or top_k <= 0:
+        if not query.strip() or top_k <= 0 or (self.ranking.gate and is_small_talk(query)):
             return []
         vector = query_vector
         if vector is None:
@@ -287,10 +298,14 @@ class MemoryStore:
             if num not in hydrated:
                 continue  # deleted or expired since the index saw it
             memory, blob = hydrated[num]
-            score = combine(cosine(vector, blob), term_coverage(memory.text, found.term_idf))
-            if score >= min_score:
+            score = relevance(cosine(vector, blob), term_coverage(memory.text, found.term_idf),
+                              self.embedder.floor, self.ranking)  # fmt: skip
+            if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
         scored.sort(key=lambda item: (-item[1], -item[2]))
+        if scored and self.ranking.relative > 0:
+            cut = scored[0][1] * self.ranking.relative
+            scored = [item for item in scored if item[1] >= cut]
         return [(memory, score) for memory, score, _ in scored[:top_k]]
 
     async def stale_count(self) -> int:

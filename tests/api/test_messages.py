@@ -172,7 +172,7 @@ def test_native_anthropic_keeps_cache_control_and_appends_the_block(
     native: Proxy, fake: ScriptedUpstream, stream: bool
 ) -> None:
     user, ask = unique("u"), unique("Which city do I live in")
-    remember(native, "User lives in Porto", user)
+    remember(native, "User lives in Porto, the city of bridges", user)
     system = [{"type": "text", "text": "You are kind.", "cache_control": {"type": "ephemeral"}}]
     last = [{"type": "text", "text": ask, "cache_control": {"type": "ephemeral"}}]
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},

@@ -295,8 +295,8 @@ def test_recall_fails_open(
     started = time.perf_counter()
     response = chat(failing_proxies[model], [{"role": "user", "content": needle}], stream=stream,
                     headers={"X-Memproxy-User-Id": uid()})  # fmt: skip
-    if model == "hang":
-        assert time.perf_counter() - started < 2.0
+    if model == "hang":  # recall.timeout_ms bounds the wait, not the upstream's hang (generous: shared CPU)
+        assert time.perf_counter() - started < 5.0
     assert response.headers["x-memproxy-recalled"] == "0"
     assert response.headers["x-memproxy-recall-error"] == error
     assert fake.find_chat(needle).body["messages"] == [{"role": "user", "content": needle}]
@@ -347,3 +347,18 @@ def test_query_embedding_cache_expires_and_is_bounded() -> None:
         assert embedder.calls == 5
 
     asyncio.run(run())
+
+
+def test_small_talk_gets_no_memories_but_a_question_does(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    user = uid()
+    remember(proxy, "User's cat is called Biscuit.", user_id=user)
+    remember(proxy, "User is allergic to peanuts.", user_id=user)
+    for greeting in ("hi", "thanks a lot!", "good morning"):
+        needle = f"{greeting} {uuid.uuid4().hex[:6]}"  # a fresh, unknown word: still no evidence
+        response = chat(proxy, [{"role": "user", "content": needle}], headers={"X-Memproxy-User-Id": user})
+        assert response.headers["x-memproxy-recalled"] == "0", greeting
+        assert memory_messages(fake.find_chat(needle)) == []
+    question = f"what is my cat called? {uuid.uuid4().hex[:6]}"
+    response = chat(proxy, [{"role": "user", "content": question}], headers={"X-Memproxy-User-Id": user})
+    assert response.headers["x-memproxy-recalled"] == "1"  # the cat, not the allergy
+    assert "Biscuit" in str(memory_messages(fake.find_chat(question)))

@@ -55,6 +55,8 @@ def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]
             ],
         },
         "server": {"max_body_bytes": 1024 * 1024},
+        # The built-in hash embedder: instant and deterministic (tests/index runs the onnx model).
+        "embedding": {"provider": "hash"},
         "extraction": {"model": "extractor", "poll_interval_s": 0.05, "backoff_base_s": 0.05},
     }
     for name, values in sections.items():

@@ -333,8 +333,8 @@ def build(
         if n < 5:
             items += [(u, a, None) for _, (u, a) in chatter[n * 2 : n * 2 + 2]]
         rng.shuffle(items)
-        for user, reply, key in items:
-            conv.say(n, user, reply, key)
+        for user, reply, maybe_key in items:
+            conv.say(n, user, reply, maybe_key)
     kid_pronoun = "him" if person["kid_word"] == "son" else "her"
     for session in conv.sessions:
         for turn in session["turns"]:  # type: ignore[attr-defined]
@@ -388,7 +388,7 @@ def main() -> None:
         out.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in conversations)
     with open(HERE / "questions.jsonl", "w") as out:
         out.writelines(json.dumps(q, ensure_ascii=False) + "\n" for q in questions)
-    turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])  # type: ignore[attr-defined]
+    turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])  # type: ignore[misc, attr-defined]
     kinds: dict[str, int] = {}
     for q in questions:
         kinds[str(q["type"])] = kinds.get(str(q["type"]), 0) + 1
