@@ -155,7 +155,7 @@ async def run_embedder(name: str, args: argparse.Namespace, conversations: list[
             report.update(timing, loadavg=round((load_before + os.getloadavg()[0]) / 2, 1))
             report["pipelines"] = {}
             pipelines = [("legacy", Ranking.legacy(), 0.0)]
-            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 0.5 else ""),
+            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 1 else ""),
                            Ranking(relative=r, lexical_weight=w), s)
                           for w in args.lexical_weight for r in args.relative for s in args.min_scores]  # fmt: skip
             for label, ranking, min_score in pipelines:
@@ -213,7 +213,7 @@ async def main() -> None:
     parser.add_argument("--embedders", default="hash,onnx")
     parser.add_argument("--min-scores", default="0,0.1,0.2,0.3,0.4")
     parser.add_argument("--relative", default="0", help="Ranking.relative values to try")
-    parser.add_argument("--lexical-weight", default="0.5", help="Ranking.lexical_weight values to try")
+    parser.add_argument("--lexical-weight", default="1", help="Ranking.lexical_weight values to try")
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=64)

@@ -18,8 +18,9 @@ How a search works (``MemoryStore.search`` orchestrates it):
 4. Each remaining memory gets an absolute **score** in [0, 1]:
    ``score = 1 - (1 - v) * (1 - l)`` (a probabilistic OR), where
    ``v = (cosine - floor) / (1 - floor)`` clipped to [0, 1] (the cosine above the noise
-   level, so ``v`` means the same for every embedder) and ``l`` is half the IDF-weighted
-   share of the query's indexed terms the memory contains (``Ranking.lexical_weight``). A memory matching a rare exact
+   level, so ``v`` means the same for every embedder) and ``l`` is the IDF-weighted share
+   of the query's indexed terms the memory contains (a word counts up to a crude stem:
+   "live" is in "User lives in Paris"). A memory matching a rare exact
    keyword (a product code, a name) scores high even when the vectors disagree, and a
    paraphrase scores its semantic similarity.
 5. Results with ``score < min_score`` are dropped; the rest are returned by score, best
@@ -66,14 +67,18 @@ class Ranking:
     rescale: bool = True
     # Also drop results scoring below this share of the best result's score.
     relative: float = 0.0
-    # How much a full keyword match counts against a full semantic one (0.5 ranked the
-    # evidence turn first more often on bench/retrieval_quality.py: R@1 52.6 -> 57.7).
-    lexical_weight: float = 0.5
+    # How much a full keyword match counts against a full semantic one. 0.5 put MiniLM's
+    # evidence first more often on bench/retrieval_quality.py (R@1 52.6 -> 57.7), but then one
+    # shared word among several query words ("tell me about my cat") falls under
+    # recall.min_score with the hash embedder, which has nothing else: kept at 1.
+    lexical_weight: float = 1.0
+    # A query word is present in a memory up to a crude stem ("live" in "lives").
+    stems: bool = True
 
     @classmethod
     def legacy(cls) -> Ranking:
         """Scoring before the evidence gate: raw cosine, every candidate kept."""
-        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0)
+        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0, stems=False)
 
 
 DEFAULT_RANKING = Ranking()
@@ -116,13 +121,29 @@ def candidate_pool(
     return pool, fused
 
 
-def term_coverage(text: str, term_idf: dict[str, float]) -> float:
-    """IDF-weighted fraction of the query terms (``term_idf``) present in ``text``."""
+_SUFFIXES = ("ies", "ing", "ed", "es", "s")
+
+
+def stem(word: str) -> str:
+    """A crude English stem: "live"/"lives"/"lived"/"living" -> "liv", "cities" -> "city".
+
+    Only for deciding whether a query word is present in a memory (BM25 itself matches
+    exact words): without it "where do I live?" has no evidence in "User lives in Paris".
+    """
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[:-3] + "y" if suffix == "ies" else word[: -len(suffix)]
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
+
+
+def term_coverage(text: str, term_idf: dict[str, float], stems: bool = True) -> float:
+    """IDF-weighted fraction of the query terms (``term_idf``) present in ``text`` (up to a stem)."""
     total = sum(term_idf.values())
     if total <= 0:
         return 0.0
     present = set(tokenize(text))
-    return sum(idf for term, idf in term_idf.items() if term in present) / total
+    stemmed = {stem(word) for word in present} if stems else set()
+    return sum(idf for term, idf in term_idf.items() if term in present or stem(term) in stemmed) / total
 
 
 def cosine(query: npt.NDArray[np.float32] | None, blob: bytes | None) -> float:

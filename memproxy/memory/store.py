@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -276,12 +277,16 @@ class MemoryStore:
         min_score: float = 0.0,
         *,
         query_vector: npt.NDArray[np.float32] | None = None,
+        gate: bool = True,
     ) -> list[tuple[Memory, float]]:
         """Hybrid search (see ``memproxy.index.scoring``): best first, scores in [0, 1].
 
         ``query_vector`` lets a caller that already embedded the query skip embedding.
+        ``gate=False`` keeps candidates without evidence: context for the extractor, which
+        must see what a turn could update even when the embedder cannot tell they relate.
         """
-        if not query.strip() or top_k <= 0 or (self.ranking.gate and is_small_talk(query)):
+        ranking = self.ranking if gate else replace(self.ranking, gate=False)
+        if not query.strip() or top_k <= 0 or (ranking.gate and is_small_talk(query)):
             return []
         vector = query_vector
         if vector is None:
@@ -298,13 +303,13 @@ class MemoryStore:
             if num not in hydrated:
                 continue  # deleted or expired since the index saw it
             memory, blob = hydrated[num]
-            score = relevance(cosine(vector, blob), term_coverage(memory.text, found.term_idf),
-                              self.embedder.floor, self.ranking)  # fmt: skip
+            score = relevance(cosine(vector, blob), term_coverage(memory.text, found.term_idf, ranking.stems),
+                              self.embedder.floor, ranking)  # fmt: skip
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
         scored.sort(key=lambda item: (-item[1], -item[2]))
-        if scored and self.ranking.relative > 0:
-            cut = scored[0][1] * self.ranking.relative
+        if scored and ranking.relative > 0:
+            cut = scored[0][1] * ranking.relative
             scored = [item for item in scored if item[1] >= cut]
         return [(memory, score) for memory, score, _ in scored[:top_k]]
 

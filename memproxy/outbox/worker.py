@@ -284,7 +284,9 @@ class Worker:
         )
         if top_k <= 0 or not query.strip():
             return []
-        return [memory for memory, _score in await self.store.search(scope, query, top_k=top_k)]
+        # Ungated: the extractor must see what the turn could update ("I moved to Porto" vs
+        # "User lives in Lisbon" shares no word, and the hash embedder sees no likeness).
+        return [memory for memory, _score in await self.store.search(scope, query, top_k=top_k, gate=False)]
 
     async def _fail(self, jobs: list[Job], exc: Exception, usage: tuple[int, int]) -> None:
         error = f"{type(exc).__name__}: {exc}"

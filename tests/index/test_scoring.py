@@ -93,6 +93,12 @@ def test_scores_are_measured_from_the_embedders_floor() -> None:
     assert above_floor(0.185, 0.185) == 0.0 and above_floor(1.0, 0.185) == 1.0
     assert above_floor(0.5925, 0.185) == pytest.approx(0.5)
     assert relevance(0.1, 0.0, floor=0.185) is None  # no evidence at all
-    assert relevance(0.1, 0.5, floor=0.185) == pytest.approx(0.25)  # lexical evidence alone, weighted 0.5
+    assert relevance(0.1, 0.5, floor=0.185) == pytest.approx(0.5)  # lexical evidence alone
     assert relevance(0.6, 0.0, floor=0.2) == pytest.approx(0.5)  # semantic evidence alone
     assert relevance(0.1, 0.0, floor=0.185, ranking=Ranking.legacy()) == pytest.approx(0.1)
+
+
+def test_a_word_counts_up_to_its_stem(tmp_path: Path) -> None:
+    found = search_all(tmp_path, HashEmbedder(256), ["where do I live?", "cats"], min_score=0.1)
+    assert [text for text, _ in found["where do I live?"]] == ["User lives in a flat in Lisbon."]
+    assert [text for text, _ in found["cats"]] == ["User's cat is called Biscuit."]
