@@ -22,7 +22,7 @@ Reported per embedder and pipeline:
 
 Pipelines: ``legacy`` is the scoring before the evidence gate (raw cosine, nothing dropped,
 ``min_score`` 0: what ``hash`` and ``local`` did before); ``gated@S`` is the current scoring
-with ``min_score`` S. Prints one JSON object and a table.
+(``default_ranking`` of the embedder) with ``min_score`` S. Prints one JSON object and a table.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from memproxy.config import IndexSettings
 from memproxy.db import Database
 from memproxy.index.embedder import Embedder, HashEmbedder, OnnxEmbedder
 from memproxy.index.manager import IndexManager
-from memproxy.index.scoring import Ranking
+from memproxy.index.scoring import Ranking, default_ranking
 from memproxy.memory.store import MemoryStore
 from memproxy.proxy.budget import use_bundled_tokenizers
 from memproxy.proxy.recall import fit_to_budget
@@ -156,7 +157,7 @@ async def run_embedder(name: str, args: argparse.Namespace, conversations: list[
             report["pipelines"] = {}
             pipelines = [("legacy", Ranking.legacy(), 0.0)]
             pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 1 else ""),
-                           Ranking(relative=r, lexical_weight=w), s)
+                           replace(default_ranking(embedder.identity), relative=r, lexical_weight=w), s)
                           for w in args.lexical_weight for r in args.relative for s in args.min_scores]  # fmt: skip
             for label, ranking, min_score in pipelines:
                 store.ranking = ranking

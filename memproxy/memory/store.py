@@ -37,11 +37,11 @@ from memproxy.errors import ApiError, not_found
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import (
-    DEFAULT_RANKING,
     Ranking,
     candidate_count,
     candidate_pool,
     cosine,
+    default_ranking,
     is_small_talk,
     relevance,
     term_coverage,
@@ -99,7 +99,7 @@ class MemoryStore:
         self.index = index
         self.clock = clock
         # How search gates and scores candidates (bench/retrieval_quality.py compares others).
-        self.ranking: Ranking = DEFAULT_RANKING
+        self.ranking: Ranking = default_ranking(embedder.identity)
         self.max_chars = max_chars
         # Told (reason, source) of every refused text; wired to metrics by ``services``.
         self.on_refused: RefusalHook | None = None
