@@ -43,7 +43,7 @@ from typing import Any
 import tiktoken
 
 from memproxy.config import IndexSettings
-from memproxy.db import Database
+from memproxy.db import SqliteDatabase
 from memproxy.index.embedder import Embedder, HashEmbedder, OnnxEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import Ranking, default_ranking
@@ -137,7 +137,7 @@ async def run_embedder(name: str, args: argparse.Namespace, conversations: list[
     report: dict[str, Any] = {"identity": embedder.identity, "load_s": round(time.perf_counter() - started, 2),
                               "floor": round(embedder.floor, 3)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="memproxy-retrieval-") as tmp:
-        db = Database(Path(tmp) / "memproxy.sqlite3")
+        db = SqliteDatabase(Path(tmp) / "memproxy.sqlite3")
         await db.open()
         try:
             store = MemoryStore(db, embedder, IndexManager(db, Path(tmp), embedder, IndexSettings()))

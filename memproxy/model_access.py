@@ -87,7 +87,9 @@ def memory_credential_gaps(
     env = os.environ if environ is None else environ
     gaps = [_gap(settings, "extraction.model", settings.extraction.model, True, env)]
     if settings.embedding.provider == "litellm":
-        gaps.append(_gap(settings, "embedding.model", settings.embedding.model, False, env))
+        # None is litellm's default model (index.embedder.DEFAULT_MODELS).
+        model = settings.embedding.model or "text-embedding-3-small"
+        gaps.append(_gap(settings, "embedding.model", model, False, env))
     return [gap for gap in gaps if gap is not None]
 
 
