@@ -41,7 +41,10 @@ def run(tmp_path: Path, *args: str, stdin: bytes | None = None) -> subprocess.Co
 def data_dir(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     data.mkdir()
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"storage": {"data_dir": str(data)}}))
+    # The hash embedder, as the in-process store below uses (the default is the onnx model).
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump({"storage": {"data_dir": str(data)}, "embedding": {"provider": "hash"}})
+    )
 
     async def seed() -> None:
         async with open_store(data) as store:
