@@ -22,6 +22,7 @@ from tests.support.proxy import start_proxy
 
 
 def _settings(**sections: dict[str, Any]) -> Any:
+    sections.setdefault("embedding", {"provider": "hash"})  # ready at once (onnx loads a model first)
     return settings_from_dict(sections)
 
 

@@ -29,7 +29,10 @@ Command = Literal["serve", "worker", "fake-upstream"]
 
 def write_config(path: Path, settings: Settings | dict[str, Any]) -> Path:
     """Write ``settings`` as the YAML file ``--config`` reads; returns ``path``."""
-    data = settings.model_dump(mode="json") if isinstance(settings, Settings) else settings
+    data = settings.model_dump(mode="json") if isinstance(settings, Settings) else dict(settings)
+    # Subprocess servers use the instant hash embedder unless a test asks for another (the
+    # default, onnx, loads a model at every start; tests/index exercises it).
+    data.setdefault("embedding", {"provider": "hash"})
     path.write_text(yaml.safe_dump(data))
     return path
 
