@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from memproxy.api.body import parse_json_object, read_bytes, validate_chat_body
 from memproxy.api.deps import CredentialDep, ServicesDep
 from memproxy.api.fast_chat import fast_chat, outgoing_body
+from memproxy.api.sse import close_stream
 from memproxy.errors import ApiError
 from memproxy.outbox.capture import HEADER as CAPTURE_RESPONSE_HEADER
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
@@ -139,19 +140,3 @@ async def _relay(stream: Any, capture: StreamCapture | None = None) -> AsyncIter
         yield b"data: " + json.dumps(error.body()).encode() + b"\n\n"
     finally:
         await close_stream(stream)
-
-
-async def close_stream(stream: Any) -> None:
-    """Close the upstream HTTP stream so the provider stops generating (and billing)."""
-    inner = getattr(stream, "completion_stream", None)
-    for candidate in (inner, getattr(inner, "response", None), stream):
-        closer = getattr(candidate, "aclose", None) or getattr(candidate, "close", None)
-        if closer is None:
-            continue
-        try:
-            result = closer()
-            if asyncio.iscoroutine(result):
-                await result
-        except Exception:
-            log.debug("closing upstream stream failed", exc_info=True)
-        return

@@ -87,9 +87,14 @@ async def relay(
 
 
 async def close_stream(stream: Any) -> None:
-    """Close the upstream HTTP stream so the provider stops generating (and billing)."""
-    for name in ("aclose", "close"):
-        closer = getattr(stream, name, None)
+    """Close the upstream HTTP stream so the provider stops generating (and billing).
+
+    LiteLLM's chat stream wrapper holds the HTTP stream inside (``completion_stream`` and
+    its ``response``); other streams close themselves.
+    """
+    inner = getattr(stream, "completion_stream", None)
+    for candidate in (inner, getattr(inner, "response", None), stream):
+        closer = getattr(candidate, "aclose", None) or getattr(candidate, "close", None)
         if closer is None:
             continue
         try:
