@@ -1,7 +1,8 @@
 """Retrieval quality of the memory store: does search find the turns that answer a question?
 
     python bench/retrieval_quality.py [--embedders hash,onnx] [--min-scores 0,0.1,0.2,0.3]
-                                      [--top-k 8] [--max-tokens 400] [--out FILE]
+                                      [--top-k 8] [--max-tokens 400] [--batch-size 64] [--threads 2]
+                                      [--out FILE]
 
 Dataset: ``bench/data/retrieval/`` (6 conversations over 6 sessions each, 732 turns, 366
 questions with the ids of the turns that answer them; ``generate.py`` there rebuilds it and
@@ -64,11 +65,11 @@ def load_dataset() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return read("conversations.jsonl"), read("questions.jsonl")
 
 
-def make_embedder(name: str, batch_size: int) -> Embedder:
+def make_embedder(name: str, batch_size: int, threads: int) -> Embedder:
     if name == "hash":
         return HashEmbedder(256)
     if name == "onnx":
-        return OnnxEmbedder(batch_size=batch_size)
+        return OnnxEmbedder(batch_size=batch_size, threads=threads)
     raise SystemExit(f"unknown embedder {name!r} (hash, onnx)")
 
 
@@ -131,7 +132,7 @@ def evaluate(
 
 async def run_embedder(name: str, args: argparse.Namespace, conversations: list[dict[str, Any]],
                        questions: list[dict[str, Any]], encoding: Any) -> dict[str, Any]:  # fmt: skip
-    embedder = make_embedder(name, args.batch_size)
+    embedder = make_embedder(name, args.batch_size, args.threads)
     started = time.perf_counter()
     await embedder.load()
     report: dict[str, Any] = {"identity": embedder.identity, "load_s": round(time.perf_counter() - started, 2),
@@ -218,6 +219,7 @@ async def main() -> None:
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2, help="embedding.threads (onnx ingest)")
     parser.add_argument("--out", help="also write the JSON report here")
     args = parser.parse_args()
     args.min_scores = [float(s) for s in args.min_scores.split(",") if s]

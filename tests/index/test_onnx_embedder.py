@@ -62,21 +62,32 @@ def test_factory_builds_the_builtin_by_default() -> None:
 
 def test_batches_honour_batch_size_and_keep_input_order(minilm: OnnxEmbedder) -> None:
     texts = [f"memory number {i} " + "word " * (i % 5) for i in range(10)]
-    small = OnnxEmbedder(batch_size=3)
+    small = OnnxEmbedder(batch_size=3, threads=2)
     asyncio.run(small.load())
-    session = small._session
-    shapes: list[tuple[int, ...]] = []
+    calls: list[tuple[str, int]] = []
 
-    class Recording:  # onnxruntime's session, with its batches recorded
+    class Recording:  # one of onnxruntime's sessions, with its batches recorded
+        def __init__(self, name: str, session: Any) -> None:
+            self.name, self.session = name, session
+
         def run(self, outputs: Any, feed: dict[str, Any]) -> Any:
-            shapes.append(feed["input_ids"].shape)
-            return session.run(outputs, feed)
+            calls.append((self.name, feed["input_ids"].shape[0]))
+            return self.session.run(outputs, feed)
 
-    small._session = Recording()
+    assert small._batch_session is not small._session  # two threads: a session of its own
+    small._session = Recording("single", small._session)
+    small._batch_session = Recording("batch", small._batch_session)
     vectors = asyncio.run(small.embed(texts))
-    assert [shape[0] for shape in shapes] == [3, 3, 3, 1]
+    # Batches of batch_size on the multi-thread session; a lone text on the one-thread one.
+    assert calls == [("batch", 3), ("batch", 3), ("batch", 3), ("single", 1)]
     expected = np.stack([asyncio.run(minilm.embed([t]))[0] for t in texts])
     assert np.allclose(vectors, expected, atol=1e-4)
+
+
+def test_one_thread_shares_one_session() -> None:
+    embedder = OnnxEmbedder(threads=1)
+    asyncio.run(embedder.load())
+    assert embedder._batch_session is embedder._session
 
 
 def test_query_and_passage_prefixes_are_applied(tmp_path: Path, minilm: OnnxEmbedder) -> None:
