@@ -1,6 +1,6 @@
 """Retrieval quality of the memory store: does search find the turns that answer a question?
 
-    python bench/retrieval_quality.py [--embedders hash,onnx] [--min-scores 0,0.1,0.2,0.3]
+    python bench/retrieval_quality.py [--dataset hard] [--embedders hash,onnx] [--min-scores 0,0.1,0.2,0.3]
                                       [--top-k 8] [--max-tokens 400] [--batch-size 64] [--threads 2]
                                       [--out FILE]
 
@@ -58,9 +58,12 @@ TENANT = "bench"
 KS = (1, 5, 10, 25)
 
 
-def load_dataset() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_dataset(variant: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The default dataset, or ``hard`` (``generate.py --hard``: other people's news as near misses)."""
+    folder = DATA / variant if variant else DATA
+
     def read(name: str) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line]
+        return [json.loads(line) for line in (folder / name).read_text().splitlines() if line]
 
     return read("conversations.jsonl"), read("questions.jsonl")
 
@@ -157,9 +160,11 @@ async def run_embedder(name: str, args: argparse.Namespace, conversations: list[
             report.update(timing, loadavg=round((load_before + os.getloadavg()[0]) / 2, 1))
             report["pipelines"] = {}
             pipelines = [("legacy", Ranking.legacy(), 0.0)]
-            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 1 else ""),
-                           replace(default_ranking(embedder.identity), relative=r, lexical_weight=w), s)
-                          for w in args.lexical_weight for r in args.relative for s in args.min_scores]  # fmt: skip
+            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 1 else "")
+                           + ("" if b else " one-hop"),
+                           replace(default_ranking(embedder.identity), relative=r, lexical_weight=w, bridges=b), s)
+                          for b in args.bridges for w in args.lexical_weight for r in args.relative
+                          for s in args.min_scores]  # fmt: skip
             for label, ranking, min_score in pipelines:
                 store.ranking = ranking
                 report["pipelines"][label] = await run_pipeline(
@@ -213,9 +218,13 @@ def table(report: dict[str, Any]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedders", default="hash,onnx")
+    parser.add_argument(
+        "--dataset", default="", choices=["", "hard"], help="'hard': bench/data/retrieval/hard"
+    )
     parser.add_argument("--min-scores", default="0,0.1,0.2,0.3,0.4")
     parser.add_argument("--relative", default="0", help="Ranking.relative values to try")
     parser.add_argument("--lexical-weight", default="1", help="Ranking.lexical_weight values to try")
+    parser.add_argument("--bridges", default="1", help="Ranking.bridges values to try (1 on, 0 off)")
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -225,11 +234,12 @@ async def main() -> None:
     args.min_scores = [float(s) for s in args.min_scores.split(",") if s]
     args.relative = [float(r) for r in args.relative.split(",") if r]
     args.lexical_weight = [float(w) for w in args.lexical_weight.split(",") if w]
-    conversations, questions = load_dataset()
+    args.bridges = [b.strip() == "1" for b in args.bridges.split(",") if b]
+    conversations, questions = load_dataset(args.dataset)
     use_bundled_tokenizers()
     encoding = tiktoken.get_encoding("o200k_base")
     report: dict[str, Any] = {
-        "dataset": {"conversations": len(conversations), "questions": len(questions),
+        "dataset": {"variant": args.dataset or "default", "conversations": len(conversations), "questions": len(questions),
                     "turns": sum(len(s["turns"]) for c in conversations for s in c["sessions"])},
         "budget": {"top_k": args.top_k, "max_tokens": args.max_tokens},
         "cpus": os.cpu_count(), "embedders": {},

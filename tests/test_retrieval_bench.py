@@ -22,9 +22,17 @@ DATA = ROOT / "bench" / "data" / "retrieval"
 
 @pytest.mark.timeout(300)
 def test_dataset_is_reproducible_and_the_bench_reports_every_figure(tmp_path: Path) -> None:
-    before = {name: (DATA / name).read_bytes() for name in ("conversations.jsonl", "questions.jsonl")}
-    subprocess.run([sys.executable, str(DATA / "generate.py")], check=True, capture_output=True, timeout=60)
-    assert {name: (DATA / name).read_bytes() for name in before} == before
+    files = [
+        folder / name
+        for folder in (DATA, DATA / "hard")
+        for name in ("conversations.jsonl", "questions.jsonl")
+    ]
+    before = {path: path.read_bytes() for path in files}
+    for flags in ([], ["--hard"]):
+        subprocess.run(
+            [sys.executable, str(DATA / "generate.py"), *flags], check=True, capture_output=True, timeout=60
+        )
+    assert {path: path.read_bytes() for path in files} == before
 
     out = tmp_path / "report.json"
     done = subprocess.run(
@@ -34,10 +42,12 @@ def test_dataset_is_reproducible_and_the_bench_reports_every_figure(tmp_path: Pa
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["dataset"] == {"conversations": 6, "questions": 366, "turns": 732}
+    assert report["dataset"] == {"variant": "default", "conversations": 6, "questions": 366, "turns": 732}
     hash_report = report["embedders"]["hash"]
     assert hash_report["memories"] == 732
     legacy, gated = hash_report["pipelines"]["legacy"], hash_report["pipelines"]["gated@0.1"]
+    # The second hop finds what the name in a first result links to (multi-hop questions).
+    assert gated["recall@10_by_type"]["multi-hop"] > legacy["recall@10_by_type"]["multi-hop"]
     for pipeline in (legacy, gated):
         assert {"recall@1", "recall@10", "recall@25", "injected_precision", "tokens_per_request"} <= set(
             pipeline

@@ -115,14 +115,15 @@ class LexicalIndex:
         (Ignoring unknown terms would let a memory matching one word of a long question
         look like a full match; counting them as rare keeps coverage honest.)
         """
-        return {term: self._idf(df) for term, df in self._query_dfs(query).items()}
+        return {term: self._idf(df) for term, df in self.doc_freq(query).items()}
 
     def _idf(self, df: int) -> float:
         n_docs = len(self._slot_of)
         df = max(df, 1)
         return math.log(1.0 + max(n_docs - df + 0.5, 0.0) / (df + 0.5))
 
-    def _query_dfs(self, query: str) -> dict[str, int]:
+    def doc_freq(self, query: str) -> dict[str, int]:
+        """How many live documents contain each indexed term of ``query``."""
         alive = self._alive[: self._n_slots]
         dfs: dict[str, int] = {}
         for term in set(tokenize(query)):
@@ -133,7 +134,7 @@ class LexicalIndex:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """Top ``k`` documents by BM25 score (only documents sharing a query term)."""
         n_docs = len(self._slot_of)
-        matched = {term: df for term, df in self._query_dfs(query).items() if df > 0}
+        matched = {term: df for term, df in self.doc_freq(query).items() if df > 0}
         if not matched or n_docs == 0 or k <= 0:
             return []
         avgdl = max(self._total_len / n_docs, 1e-9)

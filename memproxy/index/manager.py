@@ -42,6 +42,7 @@ from memproxy.config import IndexSettings
 from memproxy.db import RESET_MARKER_NUM
 from memproxy.engine import Connection
 from memproxy.index import snapshot as snapshot_file
+from memproxy.index.bridges import bridge_terms, capitalized_terms
 from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.snapshot import SnapshotError
@@ -194,6 +195,20 @@ class IndexManager:
             lex_hits = entry.lexical.search(query, k)
             term_idf = entry.lexical.term_idf(query)
         return Candidates(vec_hits, lex_hits, term_idf)
+
+    async def follow_bridges(self, scope: Scope, query: str, sources: list[str], k: int) -> list[list[int]]:
+        """For each source text, up to ``k`` nums sharing its bridge terms (``memproxy.index.bridges``)."""
+        entry = await self._get(scope)
+        async with entry.lock:
+            await self._catch_up(entry)
+            followed: list[list[int]] = []
+            for text in sources:
+                doc_freq = entry.lexical.doc_freq(" ".join(capitalized_terms(text)))
+                terms = bridge_terms(text, query, doc_freq, len(entry.lexical))
+                # k + 1: the source itself contains every one of its terms.
+                hits = entry.lexical.search(" ".join(terms), k + 1) if terms else []
+                followed.append([num for num, _ in hits])
+        return followed
 
     async def sync(self, scope: Scope) -> LoadedScope:
         """Load the scope if needed and replay the change log into it."""

@@ -24,7 +24,8 @@ How a search works (``MemoryStore.search`` orchestrates it):
    keyword (a product code, a name) scores high even when the vectors disagree, and a
    paraphrase scores its semantic similarity.
 5. Results with ``score < min_score`` are dropped; the rest are returned by score, best
-   first (RRF breaks ties). ``min_score`` is an absolute relevance floor: 0 keeps every
+   first (RRF breaks ties), except that memories sharing a rare name with one of the best
+   results are placed right behind it (the second hop, ``memproxy.index.bridges``). ``min_score`` is an absolute relevance floor: 0 keeps every
    memory with evidence, 1 only exact matches; ``recall.min_score``'s default is chosen
    on bench/retrieval_quality.py.
 
@@ -75,11 +76,14 @@ class Ranking:
     # A query word is present in a memory up to a crude stem ("live" in "lives"); see
     # ``default_ranking`` for when.
     stems: bool = False
+    # Follow names in the best results to the memories that continue them (a second hop,
+    # ``memproxy.index.bridges``).
+    bridges: bool = True
 
     @classmethod
     def legacy(cls) -> Ranking:
-        """Scoring before the evidence gate: raw cosine, every candidate kept."""
-        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0, stems=False)
+        """Scoring before the evidence gate: raw cosine, every candidate kept, one hop."""
+        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0, stems=False, bridges=False)
 
 
 DEFAULT_RANKING = Ranking()

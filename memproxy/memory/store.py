@@ -34,6 +34,7 @@ from memproxy.config import Settings
 from memproxy.db import Database, open_database
 from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
+from memproxy.index import bridges
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import (
@@ -308,10 +309,57 @@ class MemoryStore:
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
         scored.sort(key=lambda item: (-item[1], -item[2]))
+        if scored and ranking.bridges:
+            scored = await self._follow_bridges(
+                scope, query, vector, found.term_idf, scored, min_score, ranking
+            )
         if scored and ranking.relative > 0:
             cut = scored[0][1] * ranking.relative
             scored = [item for item in scored if item[1] >= cut]
         return [(memory, score) for memory, score, _ in scored[:top_k]]
+
+    async def _follow_bridges(
+        self,
+        scope: Scope,
+        query: str,
+        vector: npt.NDArray[np.float32] | None,
+        term_idf: dict[str, float],
+        scored: list[tuple[Memory, float, float]],
+        min_score: float,
+        ranking: Ranking,
+    ) -> list[tuple[Memory, float, float]]:
+        """Insert the memories that share a name with a top result right after that result."""
+        sources = [item for item in scored[: bridges.SOURCES] if item[1] >= bridges.MIN_SOURCE_SCORE]
+        if not sources:
+            return scored
+        followed = await self.index.follow_bridges(
+            scope, query, [memory.text for memory, _, _ in sources], bridges.PER_SOURCE
+        )
+        ahead = {memory.num for memory, _, _ in scored[: bridges.SOURCES]}
+        children: dict[int, list[int]] = {}  # source num -> bridged nums, first source wins
+        for (source, _, _), nums in zip(sources, followed, strict=True):
+            children[source.num] = [num for num in nums if num not in ahead]
+            ahead.update(children[source.num])
+        moved = {num for nums in children.values() for num in nums}
+        if not moved:
+            return scored
+        now, identity = self.clock(), self.embedder.identity
+        hydrated = await self.db.run(lambda c: rows.hydrate(c, scope, moved, now, identity))
+        ordered: list[tuple[Memory, float, float]] = []
+        for memory, score, fused in scored:
+            if memory.num in moved:
+                continue  # moved up behind its source
+            ordered.append((memory, score, fused))
+            bridged = []
+            for num in children.get(memory.num, []):
+                if num not in hydrated:
+                    continue
+                child, blob = hydrated[num]
+                own = relevance(cosine(vector, blob), term_coverage(child.text, term_idf, ranking.stems),
+                                self.embedder.floor, ranking)  # fmt: skip
+                bridged.append((child, bridges.bridged_score(score, own), 0.0))
+            ordered += sorted((item for item in bridged if item[1] >= min_score), key=lambda item: -item[1])
+        return ordered
 
     async def stale_count(self) -> int:
         identity = self.embedder.identity

@@ -14,6 +14,13 @@ Question types, each with the ids of the turns that answer it (``evidence``):
 - ``temporal``: a fact that changed: what was true before, what is true now;
 - ``no-answer``: about the person, but never said (evidence empty);
 - ``small-talk``: greetings and thanks (evidence empty; nothing should be injected).
+
+``python bench/data/retrieval/generate.py --hard`` writes the harder variant into ``hard/``:
+the same people and questions, but each conversation runs over twelve sessions and also
+tells the other five people's facts as news about friends, colleagues and family ("My
+flatmate Maya is allergic to peanuts"): 105 near-miss statements per conversation that
+share each question's topic, wording and sentence shape, and that lexical and semantic
+search both rank close to the user's own fact. The original stays the default dataset.
 """
 
 from __future__ import annotations
@@ -276,6 +283,59 @@ CHATTER = {
 }  # fmt: skip
 
 
+# Other people's facts, told as news about someone else: the hard variant's near misses.
+# ``{who}`` is a friend's first name; the values come from another person in PEOPLE.
+THIRD_PARTY = {
+    "job": "My friend {who} just started as a {job} at {company}.",
+    "city": "My cousin {who} grew up in {old_city} and never left.",
+    "pet": "The neighbours adopted a {pet_kind} called {pet_name}, {who} told me.",
+    "sister": "My colleague {who} has a sister who works as a {sister_job} in {sister_city}.",
+    "allergy": "My flatmate {who} is allergic to {allergen}, so none of that at the party.",
+    "instrument": "My friend {who} plays {instrument} in an orchestra.",
+    "race": "My colleague {who} signed up for the {race} in {race_month}.",
+    "car": "My brother-in-law {who} says his {old_car} keeps breaking down.",
+    "diet": "My cousin {who} has been {diet} since {diet_year}.",
+    "partner": "My friend {who}'s partner is a {partner_job}.",
+    "kid": "My neighbour {who}'s {kid_word} {kid} turns {kid_age} soon.",
+    "trip": "My parents and {who} booked flights to {destination} for {trip_month}.",
+    "medication": "My uncle {who} was put on {medication} for his {condition}.",
+    "dish": "My colleague {who} insists the best dish ever is {dish}.",
+    "language": "My friend {who} is learning {language} at evening classes.",
+    "manager": "My friend {who} complains that her manager {manager} micromanages everything.",
+    "birthday": "My best friend {who} has a birthday on {bday}.",
+    "project": "My old teammate {who} is migrating the {system} to {target}.",
+    "drink": "My colleague {who} drinks {drink} all day long.",
+    "book": "My mum and {who} are reading {book} for their book club.",
+    "garden": "My neighbour {who} grows {veg} in her garden.",
+}
+THIRD_PARTY_REPLIES = {
+    "job": "Good luck to {who} in the new role.",
+    "city": "{who} must know that town well.",
+    "pet": "Tell {who} I said the animal sounds adorable.",
+    "sister": "That sounds like a busy family, {who}'s.",
+    "allergy": "I'll keep {who}'s allergy in mind for the party menu.",
+    "instrument": "An orchestra is a big commitment; {who} must practise a lot.",
+    "race": "Wish {who} luck with the training.",
+    "car": "Sounds like {who} needs a mechanic.",
+    "diet": "{who} must be a good cook by now.",
+    "partner": "Long shifts for {who}'s partner, I bet.",
+    "kid": "Is {who} planning a party?",
+    "trip": "That trip with {who} sounds fun.",
+    "medication": "I hope the treatment works for {who}.",
+    "dish": "{who} has good taste.",
+    "language": "Evening classes are a good way to stay motivated, tell {who}.",
+    "manager": "That sounds exhausting for {who}.",
+    "birthday": "Will you get {who} a present?",
+    "project": "Migrations are hard; I hope {who}'s goes smoothly.",
+    "drink": "That is a lot of caffeine for {who}.",
+    "book": "Your mum and {who} picked a good one.",
+    "garden": "{who} must have a sunny garden.",
+}
+FRIENDS = ["Sofia", "Nadia", "Ingrid", "Tomás", "Kenji", "Aoife", "Bruna", "Yusuf", "Elif", "Marta",
+           "Oskar", "Leila", "Nikhil", "Greta", "Dmitri", "Chloé", "Rafael", "Hana", "Kofi", "Irene",
+           "Bjorn"]  # fmt: skip
+
+
 @dataclass
 class Conversation:
     cid: str
@@ -304,8 +364,22 @@ def words(text: str) -> set[str]:
     return {w for w in re.findall(r"\w+", text.lower()) if w not in STOP}
 
 
+def third_party(index: int, rng: random.Random) -> list[tuple[str, str, None]]:
+    """The other people's facts as news about friends: (user turn, reply, no fact key)."""
+    items = []
+    for other, person in enumerate(PEOPLE):
+        if other == index:
+            continue
+        for n, (key, template) in enumerate(THIRD_PARTY.items()):
+            who = FRIENDS[(n + 3 * other) % len(FRIENDS)]
+            reply = THIRD_PARTY_REPLIES[key].format(who=who)
+            items.append((template.format(who=who, **person), reply, None))
+    rng.shuffle(items)
+    return items
+
+
 def build(
-    index: int, person: dict[str, str], rng: random.Random
+    index: int, person: dict[str, str], rng: random.Random, hard: bool = False
 ) -> tuple[dict[str, object], list[dict[str, object]]]:
     cid = f"c{index + 1}"
     conv = Conversation(cid, date(2025, 1, 6) + timedelta(days=5 * index))
@@ -320,18 +394,22 @@ def build(
     follow_ups = {key: (user, reply, qs) for key, user, reply, qs in FOLLOW_UPS}
     follow_order = ["move", "new_car", "engaged", "partner_work", "kid_hobby", "manager_move"]
     # Sessions 1-4 state the facts, 5-6 the changes and follow-ups; filler everywhere.
-    for n in range(6):
+    # The hard variant adds six sessions of other people's news and spreads it over all twelve.
+    news = third_party(index, rng) if hard else []
+    sessions = 12 if hard else 6
+    for n in range(sessions):
         items: list[tuple[str, str, str | None]] = []
         if n < 4:
             share = facts[n * len(facts) // 4 : (n + 1) * len(facts) // 4]
             items += [(f.statement.format(**person), f.reply, f.key) for f in share]
-        else:
+        elif n < 6:
             for key in follow_order[(n - 4) * 3 : (n - 3) * 3]:
                 user, reply, _ = follow_ups[key]
                 items.append((user.format(**person), reply, key))
         items += [(u, a, None) for u, a in filler[n * 4 : n * 4 + 4]]
         if n < 5:
             items += [(u, a, None) for _, (u, a) in chatter[n * 2 : n * 2 + 2]]
+        items += news[n * len(news) // sessions : (n + 1) * len(news) // sessions]
         rng.shuffle(items)
         for user, reply, maybe_key in items:
             conv.say(n, user, reply, maybe_key)
@@ -377,16 +455,19 @@ def check(conversations: list[dict[str, object]], questions: list[dict[str, obje
 
 
 def main() -> None:
+    hard = "--hard" in sys.argv[1:]
     rng = random.Random(20251130)
     conversations, questions = [], []
     for index, person in enumerate(PEOPLE):
-        conversation, asked = build(index, person, rng)
+        conversation, asked = build(index, person, rng, hard)
         conversations.append(conversation)
         questions += asked
     check(conversations, questions)
-    with open(HERE / "conversations.jsonl", "w") as out:
+    target = HERE / "hard" if hard else HERE
+    target.mkdir(exist_ok=True)
+    with open(target / "conversations.jsonl", "w") as out:
         out.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in conversations)
-    with open(HERE / "questions.jsonl", "w") as out:
+    with open(target / "questions.jsonl", "w") as out:
         out.writelines(json.dumps(q, ensure_ascii=False) + "\n" for q in questions)
     turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])  # type: ignore[misc, attr-defined]
     kinds: dict[str, int] = {}
