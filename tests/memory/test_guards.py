@@ -90,6 +90,27 @@ def test_a_prompt_example_leaks_only_when_the_turn_never_said_it() -> None:
         ("User has a dog named Biscuit", "User owns a golden retriever called Biscuit", 0.96, True),
         ("User is 33 years old", "User is 34 years old", 0.99, False),  # a change, not a repeat
         ("User likes tea", "User likes coffee", 0.6, False),
+        # Someone else's fact is never the user's (MiniLM cosine 0.947; 6 of 7 words shared).
+        (
+            "User's partner works as a nurse at Santa Maria Hospital.",
+            "User works as a nurse at Santa Maria Hospital.",
+            0.947,
+            False,
+        ),
+        ("User works as a nurse at Santa Maria Hospital.", "User's sister works as a nurse.", 0.96, False),
+        # New detail is kept (a second memory), not dropped as a repeat.
+        (
+            "User plays cello in a community band on Saturdays.",
+            "User plays cello in a community band.",
+            0.91,
+            False,
+        ),
+        (
+            "User plays cello in a community band.",
+            "User plays cello in a community band on Saturdays.",
+            0.91,
+            True,
+        ),
     ],
 )
 def test_near_duplicates(new: str, old: str, cosine: float | None, same: bool) -> None:
