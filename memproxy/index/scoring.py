@@ -35,6 +35,7 @@ How a search works (``MemoryStore.search`` orchestrates it):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,6 +137,7 @@ def candidate_pool(
 _SUFFIXES = ("ies", "ing", "ed", "es", "s")
 
 
+@functools.lru_cache(maxsize=65_536)  # scoring stems every word of every candidate, per search
 def stem(word: str) -> str:
     """A crude English stem: "live"/"lives"/"lived"/"living" -> "liv", "cities" -> "city".
 
