@@ -89,6 +89,18 @@ class FastPaths:
         timeout = float(target.get("timeout") or self._upstream.timeout_s)
         return FastRoute(resolved.provider, resolved.base_url, resolved.model, key, timeout)
 
+    def stored_route(self, credential: Credential | None) -> FastRoute | None:
+        """Where stored Responses (``GET``/``DELETE /v1/responses/{id}``) live: OpenAI's, or
+        ``upstream.api_base``'s (as on the LiteLLM path); None when the fast path is off."""
+        if not self._enabled:
+            return None
+        target = self._upstream.route("", credential)
+        default_base, key_vars, base_vars = _OPENAI_WIRE["openai"]
+        base = target.get("api_base") or _first_env(base_vars) or default_base
+        key = target.get("api_key") or _first_env(key_vars)
+        timeout = float(target.get("timeout") or self._upstream.timeout_s)
+        return FastRoute("openai", str(base).rstrip("/"), "", key, timeout)
+
     def _resolve(self, model: str) -> _Resolved | None:
         """Credential-independent part of the route (the key is added per request)."""
         target = self._upstream.route(model, None)

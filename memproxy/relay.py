@@ -86,8 +86,10 @@ class Relay:
             await self._session.close()
             self._session = None
 
-    async def send(self, route: FastRoute, path: str, body: bytes, *, stream: bool) -> Reply:
-        """POST ``body`` to ``route.base_url + path``; the stream stays open when it is one."""
+    async def send(
+        self, route: FastRoute, path: str, body: bytes | None, *, stream: bool, method: str = "POST"
+    ) -> Reply:
+        """``method`` (POST: ``body``) ``route.base_url + path``; the stream stays open when it is one."""
         if self._session is None:
             raise RuntimeError("Relay.send before open")
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
@@ -97,11 +99,15 @@ class Relay:
         url = route.base_url + path
         try:
             try:
-                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+                response = await self._session.request(
+                    method, url, data=body, headers=headers, timeout=timeout
+                )
             except aiohttp.ServerDisconnectedError:
                 # A pooled connection the provider closed as we sent: no answer was read, so
                 # send once more on a fresh one (what Go's net/http does for reused connections).
-                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+                response = await self._session.request(
+                    method, url, data=body, headers=headers, timeout=timeout
+                )
         except TimeoutError as exc:
             raise timeout_error() from exc
         except aiohttp.ClientError as exc:
@@ -158,16 +164,32 @@ def data_lines(events: bytes) -> list[tuple[int, bytes]]:
     return found
 
 
+def is_done(payload: bytes) -> bool:
+    """Chat's end of stream: the ``data: [DONE]`` line."""
+    return payload == _DONE
+
+
+def event_start(events: bytes, offset: int) -> int:
+    """Where the event holding byte ``offset`` of ``events`` begins (after the blank line before it)."""
+    found = [(events.rfind(sep, 0, offset), sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r")]
+    return max((at + len(sep) for at, sep in found if at >= 0), default=0)
+
+
 async def relay_events(
     reply: Reply,
     on_data: Callable[[bytes], None] | None = None,
     before_done: Callable[[], Awaitable[None]] | None = None,
+    *,
+    is_final: Callable[[bytes], bool] = is_done,
+    error_frame: Callable[[ApiError], bytes] | None = None,
 ) -> AsyncIterator[bytes]:
     """The provider's SSE bytes in whole events, as they arrive.
 
-    ``on_data`` sees each ``data:`` payload (not ``[DONE]``); ``before_done`` is awaited
-    before the ``data: [DONE]`` event goes out, or at the end of a stream that had none.
-    A failure after the first byte ends the relay with one error event.
+    ``on_data`` sees each ``data:`` payload (not chat's ``[DONE]``); ``before_done`` is
+    awaited before the final event (``is_final``: chat's ``[DONE]``, the Responses API's
+    ``response.completed``) goes out, or at the end of a stream that had none. A failure
+    after the first byte ends the relay with one error event (``error_frame``: chat's
+    ``data: {"error": …}`` unless the surface has its own shape).
     """
     pending = b""
     finished = False
@@ -183,15 +205,16 @@ async def relay_events(
                 yield events
                 continue
             for offset, payload in data_lines(events):
-                if payload == _DONE and not finished:
+                if on_data is not None and payload != _DONE:
+                    on_data(payload)
+                if not finished and is_final(payload):
                     finished = True
-                    if offset:
-                        yield events[:offset]
-                    events = events[offset:]
+                    start = event_start(events, offset)
+                    if start:
+                        yield events[:start]
+                    events = events[start:]
                     if before_done is not None:
                         await before_done()
-                elif on_data is not None and payload != _DONE:
-                    on_data(payload)
             yield events
         if pending:
             yield pending
@@ -203,7 +226,7 @@ async def relay_events(
     except Exception as exc:
         error = _stream_error(exc)
         log.warning("stream failed after it began: %s", error.message)
-        yield error_event(error)
+        yield (error_frame or error_event)(error)
     finally:
         reply.close()
 

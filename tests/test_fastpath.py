@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 
+from memproxy.api.fast_responses import litellm_id, serves_responses
 from memproxy.auth import Credential
 from memproxy.config import UpstreamSettings
 from memproxy.fastpath import FastPaths, FastRoute
+from memproxy.relay import event_start
 from memproxy.upstream import Upstream
 
 CALLER = Credential(tenant="t", provider_key="sk-caller")
@@ -70,3 +73,35 @@ def test_keys_mode_uses_the_server_key_then_the_providers_env(monkeypatch: pytes
 
 def test_off_means_never() -> None:
     assert paths("off", api_base="http://h/v1").route("gpt-4o-mini", CALLER) is None
+
+
+def test_stored_responses_live_at_the_default_route() -> None:
+    assert paths(api_base="http://127.0.0.1:9/v1/").stored_route(CALLER) == FastRoute(
+        "openai", "http://127.0.0.1:9/v1", "", "sk-caller", 600.0
+    )
+    assert paths().stored_route(SERVER_SIDE) == FastRoute(
+        "openai", "https://api.openai.com/v1", "", None, 600.0
+    )
+    assert paths("off").stored_route(CALLER) is None
+
+
+def test_only_providers_with_their_own_responses_api_relay_it() -> None:
+    assert serves_responses(paths(api_base="http://127.0.0.1:9/v1").route("gpt-4o", CALLER))
+    assert not serves_responses(paths().route("groq/llama-3.1-8b-instant", CALLER))  # LiteLLM translates
+    assert not serves_responses(None)
+
+
+def test_litellm_response_ids_are_told_from_the_providers() -> None:
+    encoded = "resp_" + base64.b64encode(b"litellm:custom_llm_provider:openai;response_id:resp_1").decode()
+    assert litellm_id(encoded)
+    assert not litellm_id("resp_2e5274fce85445dd")
+    assert not litellm_id("resp_%%%not base64")
+
+
+def test_the_final_event_is_cut_at_its_own_start() -> None:
+    events = b'event: response.output_text.done\ndata: {}\n\nevent: response.completed\ndata: {"a": 1}\n\n'
+    offset = events.index(b'data: {"a"')
+    assert events[event_start(events, offset) :].startswith(b"event: response.completed")
+    assert event_start(b"data: [DONE]\n\n", 0) == 0
+    crlf = b"data: {}\r\n\r\nevent: x\r\ndata: 1\r\n\r\n"
+    assert crlf[event_start(crlf, crlf.index(b"data: 1")) :] == b"event: x\r\ndata: 1\r\n\r\n"

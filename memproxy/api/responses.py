@@ -1,5 +1,6 @@
 """OpenAI's Responses API: ``POST /v1/responses`` with recall and capture, ``GET``/``DELETE
-/v1/responses/{id}`` proxied.
+/v1/responses/{id}`` proxied. A provider that serves the Responses API itself gets the
+request relayed byte for byte (``fast_responses``); any other goes through LiteLLM.
 
 Invariants (as chat's):
 - The caller's body is never mutated; what is forwarded is a copy with, at most, one
@@ -21,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memproxy.api.body import read_json_object, require_str
 from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.fast_responses import TERMINAL, fast_response, fast_stored, litellm_id, serves_responses
 from memproxy.api.sse import frame, relay
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply, prepare_turn
 from memproxy.errors import ApiError
@@ -33,7 +35,6 @@ from memproxy.upstream_surfaces import dump
 
 router = APIRouter()
 
-TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # LiteLLM's additions to OpenAI's objects; not part of the API.
 _LITELLM_ONLY_KEYS = frozenset({"provider_specific_fields", "cost", "_hidden_params"})
 
@@ -49,6 +50,10 @@ async def create_response(request: Request, credential: CredentialDep, services:
         services, body, request_scope,
         query=responses_turn.query_text(body), place=place_responses, inputs=responses_turn.new_input(body),
     )  # fmt: skip
+    route = services.fast_paths.route(body["model"], credential)
+    if serves_responses(route):  # a provider with its own Responses API: relayed byte for byte
+        assert route is not None
+        return await fast_response(services, route, turn, bool(body.get("stream")))
     with services.metrics.time_upstream(streamed=bool(body.get("stream"))):
         answer = await services.surfaces.create_response(turn.forwarded, credential)
     if body.get("stream"):
@@ -61,12 +66,18 @@ async def create_response(request: Request, credential: CredentialDep, services:
 @router.get("/v1/responses/{response_id}")
 @router.get("/responses/{response_id}")
 async def get_response(response_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    route = services.fast_paths.stored_route(credential)
+    if route is not None and not litellm_id(response_id):
+        return await fast_stored(services, route, "GET", response_id)
     return JSONResponse(clean(await services.surfaces.get_response(response_id, credential)))
 
 
 @router.delete("/v1/responses/{response_id}")
 @router.delete("/responses/{response_id}")
 async def delete_response(response_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+    route = services.fast_paths.stored_route(credential)
+    if route is not None and not litellm_id(response_id):
+        return await fast_stored(services, route, "DELETE", response_id)
     return JSONResponse(clean(await services.surfaces.delete_response(response_id, credential)))
 
 

@@ -1,4 +1,4 @@
-"""``/v1/responses``: the real OpenAI SDK → memproxy → LiteLLM's Responses support → scripted upstream."""
+"""``/v1/responses``: the real OpenAI SDK → memproxy → (relay | LiteLLM's Responses support) → scripted upstream."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ import pytest
 
 from memproxy.testing.scripted_upstream import TOOL_ARGUMENTS, ScriptedUpstream
 from tests.support.memory_flow import captured, unique
+from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy
 from tests.support.surfaces import forwarded, memory_texts, remember, sse_events, stream_natively
+
+# Every test runs relayed byte for byte (``fast``: the fake serves the Responses API itself)
+# and through LiteLLM's Responses support (``litellm``).
+proxy = on_both_paths("proxy")
 
 TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]
 
