@@ -8,9 +8,10 @@
    placement and surface (chat completions, Responses, Anthropic Messages); ``no_memory``
    (recall off) is the ceiling: the newest exchange is new whatever memproxy does.
 2. Latency: p50 / p95 of non-streamed requests through memproxy (memory on, c=1) for
-   ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``, next to the same calls
-   made straight to the scripted upstream, so the added cost of each surface over chat is
-   memproxy's own.
+   ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (``messages``: an
+   OpenAI-wire model, translated by LiteLLM; ``messages_native``: an Anthropic model,
+   relayed to the provider's own ``/v1/messages``), next to the same calls made straight
+   to the scripted upstream, so the added cost of each surface over chat is memproxy's own.
 
 Run: ``python bench/prefix_cache.py`` (``--quick`` for fewer latency samples). Prints JSON.
 """
@@ -40,6 +41,11 @@ from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import Recorded, ScriptedUpstream
 
 MODEL = "gpt-4o-mini"
+# An alias to Anthropic's wire (the scripted upstream's /v1/messages): what an Anthropic SDK
+# app with a Claude model sends. Plain MODEL on /v1/messages is translated by LiteLLM.
+NATIVE = "claude-native"
+NATIVE_MODEL = "claude-sonnet-4-5"
+SURFACES = ("chat", "responses", "messages", "messages_native")
 TOKEN = "sk-bench-prefix"
 TURNS = 20
 PLACEMENTS = ("after_system", "end")
@@ -80,6 +86,8 @@ def segments(surface: str, body: dict[str, Any]) -> list[Any]:
     """The forwarded request's prompt parts in the order a provider renders them."""
     if surface == "chat":
         return [body.get("tools"), *body.get("messages", [])]
+    if surface == "messages_native":
+        return [body.get("tools"), body.get("system"), *body.get("messages", [])]
     items = body.get("input")
     items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
     return [body.get("tools"), body.get("instructions"), *items]
@@ -137,7 +145,8 @@ def ask(http: httpx.Client, surface: str, history: list[dict[str, Any]], system:
         {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
         for t in functions
     ]
-    body = {"model": MODEL, "max_tokens": 200, "system": system, "messages": history, "tools": tools}
+    model = NATIVE if surface == "messages_native" else MODEL
+    body = {"model": model, "max_tokens": 200, "system": system, "messages": history, "tools": tools}
     return "".join(b.get("text", "") for b in post(http, "/v1/messages", body)["content"])
 
 
@@ -162,7 +171,7 @@ def forwarded(fake: ScriptedUpstream, markers: list[str]) -> list[dict[str, Any]
 
 
 def latency(
-    url: str, samples: int, headers: dict[str, str], surfaces: tuple[str, ...]
+    url: str, samples: int, headers: dict[str, str], surfaces: tuple[str, ...], native_model: str = NATIVE
 ) -> dict[str, dict[str, float]]:
     """p50/p95 ms per surface, requests interleaved so all see the same machine load."""
     bodies = {
@@ -170,6 +179,8 @@ def latency(
         "responses": ("/v1/responses", {"model": MODEL, "input": "hello there", "store": False}),
         "messages": ("/v1/messages", {"model": MODEL, "max_tokens": 50,
                                       "messages": [{"role": "user", "content": "hello there"}]}),
+        "messages_native": ("/v1/messages", {"model": native_model, "max_tokens": 50,
+                                             "messages": [{"role": "user", "content": "hello there"}]}),
     }  # fmt: skip
     bodies = {name: bodies[name] for name in surfaces}
     times: dict[str, list[float]] = {name: [] for name in bodies}
@@ -189,7 +200,19 @@ def settings(fake_v1: str, data_dir: Path, port: int, placement: str) -> dict[st
     return {
         "server": {"port": port},
         "storage": {"data_dir": str(data_dir)},
-        "upstream": {"api_base": fake_v1},
+        "upstream": {
+            "api_base": fake_v1,
+            "models": [
+                {
+                    "name": NATIVE,
+                    "litellm_params": {
+                        "model": "anthropic/" + NATIVE_MODEL,
+                        "api_base": fake_v1.removesuffix("/v1"),
+                        "api_key": "sk-ant-bench",
+                    },
+                }
+            ],
+        },
         "recall": {"placement": placement, "top_k": 4, "max_tokens": 200},
         "extraction": {"worker_enabled": False},
     }
@@ -214,7 +237,7 @@ def run(quick: bool) -> dict[str, Any]:
                     # "no_memory": recall off, the best any placement could do.
                     port = ports["end" if placement == "no_memory" else placement]
                     rows = report["prefix_share"].setdefault(profile, {}).setdefault(placement, {})
-                    for surface in ("chat", "responses", "messages"):
+                    for surface in SURFACES:
                         user = f"{profile}-{placement}-{surface}"
                         headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": user,
                                    "X-Memproxy-Recall": "off" if placement == "no_memory" else "on"}  # fmt: skip
@@ -222,18 +245,17 @@ def run(quick: bool) -> dict[str, Any]:
                             base_url=f"http://127.0.0.1:{port}", timeout=60, headers=headers
                         ) as http:
                             bodies = forwarded(fake, converse(http, surface, user, profile))
-                        # /v1/messages reaches the scripted upstream translated to its Responses API
-                        shares = prefix_shares(encoding, "chat" if surface == "chat" else "responses", bodies)
+                        # /v1/messages with MODEL reaches the scripted upstream translated to its
+                        # Responses API; with the Anthropic alias, as Anthropic's own request.
+                        kind = surface if surface in ("chat", "messages_native") else "responses"
+                        shares = prefix_shares(encoding, kind, bodies)
                         rows[surface] = {"mean": round(statistics.mean(shares), 4), "min": round(min(shares), 4),
                                          "last": round(shares[-1], 4)}  # fmt: skip
             samples = 40 if quick else 300
             headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": "latency-user"}
-            via = latency(
-                f"http://127.0.0.1:{ports['end']}", samples, headers, ("chat", "responses", "messages")
-            )
-            direct = latency(
-                upstream.url, samples, {"Authorization": f"Bearer {TOKEN}"}, ("chat", "responses")
-            )
+            via = latency(f"http://127.0.0.1:{ports['end']}", samples, headers, SURFACES)
+            direct = latency(upstream.url, samples, {"Authorization": f"Bearer {TOKEN}"},
+                             ("chat", "responses", "messages_native"), native_model=NATIVE_MODEL)  # fmt: skip
     direct["messages"] = direct["responses"]  # LiteLLM sends /v1/messages to the provider's Responses API
     added = {name: round(via[name]["p50_ms"] - direct[name]["p50_ms"], 2) for name in via}
     report["latency_ms"] = {

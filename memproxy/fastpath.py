@@ -11,8 +11,9 @@ Invariants:
   JSON field that the provider receives, exactly as on the LiteLLM path.
 - A route is fast only when every option it carries is one the relay honours
   (``_HONOURED``); an alias with anything else (extra headers, ``api_version``, …) and
-  every provider not in ``_OPENAI_WIRE`` (Azure, Anthropic, Bedrock, Vertex, Gemini,
-  Ollama's own ``/api/chat``, …) keeps LiteLLM's translation.
+  every provider not in ``_OPENAI_WIRE`` (Azure, Bedrock, Vertex, Gemini, Ollama's own
+  ``/api/chat``, …) keeps LiteLLM's translation. Anthropic is fast for ``/v1/messages``
+  only (``messages_route``: its own API, relayed as is), never for chat.
 - Passthrough keeps its meaning: the caller's token is the provider key unless an alias
   carries its own; in keys mode the server's ``upstream.api_key`` or the provider's env var.
 - ``upstream.fast_path: off`` makes ``route`` always None.
@@ -40,6 +41,12 @@ _OPENAI_WIRE: dict[str, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = {
     "lm_studio": (None, ("LM_STUDIO_API_KEY",), ("LM_STUDIO_API_BASE",)),
     "llamafile": (None, ("LLAMAFILE_API_KEY",), ()),
 }  # fmt: skip
+# Anthropic's own wire, for ``/v1/messages`` only (chat to Anthropic needs LiteLLM's translation).
+_ANTHROPIC_WIRE = (
+    "https://api.anthropic.com",
+    ("ANTHROPIC_API_KEY",),
+    ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+)
 # Route options the relay honours; any other (from an alias) sends the request through LiteLLM.
 _HONOURED = frozenset({"model", "api_base", "api_key", "custom_llm_provider", "timeout", "max_retries"})
 # Model names are client-chosen: the resolution cache is bounded.
@@ -72,7 +79,14 @@ class FastPaths:
         self._cache: dict[str, _Resolved | None] = {}
 
     def route(self, model: str, credential: Credential | None) -> FastRoute | None:
-        """The fast route for ``model``, or None when the request must go through LiteLLM."""
+        """The OpenAI-wire route for ``model``, or None when the request must go through LiteLLM."""
+        return self._route(model, credential, anthropic=False)
+
+    def messages_route(self, model: str, credential: Credential | None) -> FastRoute | None:
+        """For ``/v1/messages``: the route when ``model`` is Anthropic's (its own Messages API)."""
+        return self._route(model, credential, anthropic=True)
+
+    def _route(self, model: str, credential: Credential | None, *, anthropic: bool) -> FastRoute | None:
         if not self._enabled:
             return None
         if model in self._cache:
@@ -82,7 +96,7 @@ class FastPaths:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[model] = resolved
-        if resolved is None:
+        if resolved is None or (resolved.provider == "anthropic") != anthropic:
             return None
         target = self._upstream.route(model, credential)
         key = target.get("api_key") or resolved.key
@@ -115,13 +129,15 @@ class FastPaths:
             )
         except Exception:  # LiteLLM cannot route it either: let it say so on its path
             return None
-        wire = _OPENAI_WIRE.get(str(provider))
+        wire = _ANTHROPIC_WIRE if provider == "anthropic" else _OPENAI_WIRE.get(str(provider))
         if wire is None:
             return None
         default_base, key_vars, base_vars = wire
         base = target.get("api_base") or base or _first_env(base_vars) or default_base
         if not base:
             return None
+        if provider == "anthropic":  # LiteLLM accepts the endpoint's full URL as its base
+            base = str(base).rstrip("/").removesuffix("/v1/messages").removesuffix("/v1")
         key = target.get("api_key") or env_key or _first_env(key_vars)
         return _Resolved(str(provider), str(base).rstrip("/"), str(name), key)
 

@@ -34,8 +34,8 @@ from memproxy.upstream import timeout_error, unreachable_error
 
 log = logging.getLogger(__name__)
 
-_PASSED_PREFIXES = ("x-ratelimit-", "openai-")
-_PASSED = frozenset({"content-type", "retry-after", "retry-after-ms"})
+_PASSED_PREFIXES = ("x-ratelimit-", "openai-", "anthropic-ratelimit-")
+_PASSED = frozenset({"content-type", "retry-after", "retry-after-ms", "request-id"})
 # Connections kept per process: enough for a burst of concurrent streams.
 POOL_SIZE = 256
 KEEPALIVE_S = 4.0
@@ -87,13 +87,24 @@ class Relay:
             self._session = None
 
     async def send(
-        self, route: FastRoute, path: str, body: bytes | None, *, stream: bool, method: str = "POST"
+        self,
+        route: FastRoute,
+        path: str,
+        body: bytes | None,
+        *,
+        stream: bool,
+        method: str = "POST",
+        extra_headers: dict[str, str] | None = None,
     ) -> Reply:
-        """``method`` (POST: ``body``) ``route.base_url + path``; the stream stays open when it is one."""
+        """``method`` (POST: ``body``) ``route.base_url + path``; the stream stays open when it is one.
+
+        The key goes as ``Authorization: Bearer`` (OpenAI's wire) or ``x-api-key`` (Anthropic's)."""
         if self._session is None:
             raise RuntimeError("Relay.send before open")
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        if route.api_key:
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **(extra_headers or {})}
+        if route.api_key and route.provider == "anthropic":
+            headers["x-api-key"] = route.api_key
+        elif route.api_key:
             headers["Authorization"] = f"Bearer {route.api_key}"
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=route.timeout_s, sock_read=route.timeout_s)
         url = route.base_url + path

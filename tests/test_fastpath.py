@@ -24,7 +24,7 @@ def paths(mode: str = "auto", **upstream: Any) -> FastPaths:
 
 @pytest.fixture(autouse=True)
 def no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "GROQ_API_KEY"):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "GROQ_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -105,3 +105,23 @@ def test_the_final_event_is_cut_at_its_own_start() -> None:
     assert event_start(b"data: [DONE]\n\n", 0) == 0
     crlf = b"data: {}\r\n\r\nevent: x\r\ndata: 1\r\n\r\n"
     assert crlf[event_start(crlf, crlf.index(b"data: 1")) :] == b"event: x\r\ndata: 1\r\n\r\n"
+
+
+def test_anthropic_models_are_fast_for_messages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_BASE", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    fast = paths()
+    assert fast.route("anthropic/claude-sonnet-4-5", CALLER) is None  # chat needs LiteLLM's translation
+    assert fast.messages_route("anthropic/claude-sonnet-4-5", SERVER_SIDE) == FastRoute(
+        "anthropic", "https://api.anthropic.com", "claude-sonnet-4-5", "sk-ant-env", 600.0
+    )
+    assert fast.messages_route("anthropic/claude-sonnet-4-5", CALLER).api_key == "sk-caller"  # type: ignore[union-attr]
+    assert fast.messages_route("gpt-4o", CALLER) is None  # translated by LiteLLM
+    # LiteLLM takes the endpoint's full URL as an Anthropic base; the relay adds the path itself.
+    alias = {
+        "name": "c",
+        "litellm_params": {"model": "anthropic/claude-x", "api_base": "http://h:1/v1/messages"},
+    }
+    assert paths(models=[alias]).messages_route("c", CALLER).base_url == "http://h:1"  # type: ignore[union-attr]
+    assert paths("off").messages_route("anthropic/claude-sonnet-4-5", CALLER) is None

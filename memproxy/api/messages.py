@@ -1,5 +1,6 @@
-"""Anthropic's Messages API: ``POST /v1/messages`` with recall and capture, forwarded through
-LiteLLM's Anthropic-messages interface (to Anthropic natively, to other providers translated).
+"""Anthropic's Messages API: ``POST /v1/messages`` with recall and capture. A model served
+by Anthropic is relayed to its Messages API byte for byte (``fast_messages``); any other
+goes through LiteLLM's Anthropic-messages interface, translated for its provider.
 
 Invariants (as chat's, in Anthropic's shapes):
 - The credential is ``x-api-key`` (the Anthropic SDK's) or ``Authorization: Bearer``; both
@@ -23,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memproxy.api.body import read_json_object, require_str
 from memproxy.api.deps import ServicesDep
+from memproxy.api.fast_messages import fast_message
 from memproxy.api.sse import SSEParser, relay
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply, prepare_turn
 from memproxy.auth import Credential
@@ -57,6 +59,9 @@ async def create_message(request: Request, services: ServicesDep) -> Response:
         query=anthropic_turn.query_text(body), place=place_anthropic, inputs=anthropic_turn.new_input(body),
     )  # fmt: skip
     headers = {k.lower(): v for k, v in request.headers.items()}
+    route = services.fast_paths.messages_route(body["model"], credential)
+    if route is not None:  # Anthropic's own Messages API: relayed byte for byte
+        return await fast_message(services, route, turn, bool(body.get("stream")), headers)
     with services.metrics.time_upstream(streamed=bool(body.get("stream"))):
         answer = await services.surfaces.create_message(turn.forwarded, credential, headers)
     if body.get("stream"):

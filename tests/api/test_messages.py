@@ -34,18 +34,25 @@ def _native_streams() -> None:
     stream_natively()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["fast", "litellm"])
 def native(
-    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Proxy]:
-    """A memproxy whose ``claude-native`` alias goes to the fake through LiteLLM's native Anthropic route."""
+    """A memproxy whose ``claude-native`` alias is Anthropic's (the fake's ``/v1/messages``):
+    relayed byte for byte (``fast``) or through LiteLLM's native Anthropic route (``litellm``)."""
     root = upstream[1].removesuffix("/v1")
-    alias = {"name": NATIVE, "litellm_params": {"model": "anthropic/claude-sonnet-4-5", "api_base": root,
-                                                "api_key": "sk-ant-scripted"}}  # fmt: skip
     settings = proxy_settings(
-        upstream[1], tmp_path_factory.mktemp("native"), recall={"placement": "end", "timeout_ms": 10_000}
+        upstream[1],
+        tmp_path_factory.mktemp("native"),
+        recall={"placement": "end", "timeout_ms": 10_000},
+        upstream={"fast_path": "auto" if request.param == "fast" else "off"},
     )
-    settings.upstream.models.append(type(settings.upstream.models[0])(**alias))
+    alias_type = type(settings.upstream.models[0])
+    for suffix in ("", "-fail-429", "-drop", "-tools"):  # the fake's scripted behaviours, by model name
+        settings.upstream.models.append(alias_type(name=NATIVE + suffix, litellm_params={
+            "model": "anthropic/claude-sonnet-4-5" + suffix, "api_base": root, "api_key": "sk-ant-scripted"}))  # fmt: skip
     server, handle = start_proxy(settings)
     yield handle
     server.stop()
@@ -228,3 +235,51 @@ def test_client_disconnect_cancels_the_upstream_stream(proxy: Proxy, fake: Scrip
     while fake.cancelled_streams == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.cancelled_streams == before + 1
+
+
+def test_native_route_forwards_every_field_and_the_anthropic_headers(
+    native: Proxy, fake: ScriptedUpstream
+) -> None:
+    ask = unique("Tell me a short story")
+    client = anthropic_client(native, **{"anthropic-beta": "prompt-caching-2024-07-31"})
+    client.messages.create(model=NATIVE, max_tokens=20, messages=[{"role": "user", "content": ask}],
+                           extra_body={"some_new_field": {"kept": True}})  # fmt: skip
+    sent = forwarded(fake, ask, "/v1/messages")
+    assert sent.body["model"] == "claude-sonnet-4-5"  # the alias resolved, the prefix gone
+    assert sent.headers["x-api-key"] == "sk-ant-scripted" and "authorization" not in sent.headers
+    assert sent.headers["anthropic-beta"] == "prompt-caching-2024-07-31"
+    if native.settings.upstream.fast_path == "auto":  # relayed: even a field LiteLLM does not know
+        assert sent.body["some_new_field"] == {"kept": True}
+        assert sent.headers["anthropic-version"] == client.default_headers["anthropic-version"]
+    else:  # LiteLLM forwards the Anthropic parameters it knows, with the version it speaks
+        assert "some_new_field" not in sent.body
+        assert sent.headers["anthropic-version"] == "2023-06-01"
+
+
+def test_native_route_errors_tools_and_a_cut_stream(native: Proxy) -> None:
+    user = unique("u")
+    client = anthropic_client(native, **{"X-Memproxy-User-Id": user})
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        client.messages.create(
+            model=NATIVE + "-fail-429", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
+    assert caught.value.body == {"type": "error", "error": {"type": "rate_limit_error",
+                                                            "message": "scripted failure 429"}}  # fmt: skip
+    raw = client.messages.with_raw_response.create(
+        model=NATIVE + "-tools",
+        max_tokens=50,
+        tools=TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "What's the weather?"}],
+    )
+    use = raw.parse().content[0]
+    assert use.type == "tool_use" and use.name == "get_weather"
+    reply = captured(native.data_dir, raw.headers["x-memproxy-capture"])[-1]
+    assert reply["role"] == "assistant" and reply["tool_calls"][0]["function"]["name"] == "get_weather"
+    with native.http() as http:
+        response = http.post("/v1/messages", headers={"X-Memproxy-User-Id": user},
+                             json={"model": NATIVE + "-drop", "max_tokens": 50, "stream": True,
+                                   "messages": [{"role": "user", "content": "cut me off"}]})  # fmt: skip
+    events = sse_events(response)
+    assert response.status_code == 200 and events[0][0] == "message_start"
+    assert events[-1][0] == "error" and events[-1][1]["type"] == "error" and events[-1][1]["error"]["message"]
+    assert captured(native.data_dir, response.headers["x-memproxy-capture"]) == []
