@@ -236,7 +236,7 @@ def build_worker(services: Services) -> Worker:
     """The worker for an open ``Services``: its extractor, metrics and capture wake-up wired."""
     settings = services.settings
     extractor = Extractor(services.upstream, settings.extraction, settings.upstream,
-                          max_chars=settings.memory.max_chars)  # fmt: skip
+                          max_chars=settings.memory.max_chars, fast=(services.fast_paths, services.relay))  # fmt: skip
     extractor.credential_gap = next(
         (gap.message() for gap in services.credential_gaps if gap.setting == "extraction.model"), None
     )

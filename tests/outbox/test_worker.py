@@ -282,3 +282,25 @@ def test_stopping_the_worker_releases_its_leases(
     released = asyncio.run(scenario())
     assert released is not None
     assert (released.status, released.attempts, released.lease_owner) == ("pending", 0, None)
+
+
+@pytest.mark.parametrize("fast_path", ["auto", "off"])
+def test_extraction_takes_the_relay_when_the_route_is_openai_wire(
+    upstream: tuple[ScriptedUpstream, str], tmp_path: Path, fast_path: str
+) -> None:
+    """The worker's call goes the chat request's road: relayed (no LiteLLM client in the way:
+    no OpenAI-SDK headers reach the provider) or through LiteLLM; a provider error is kept
+    as the job's last error either way."""
+    fake, upstream_url = upstream
+    fails = proxy_settings(upstream_url, tmp_path / fast_path, upstream={"fast_path": fast_path},
+                           extraction={"model": "fail-429", "max_attempts": 1})  # fmt: skip
+    server, handle = start_proxy(fails)
+    try:
+        name = unique("Nia")
+        dead = wait_job(handle.url, say(handle, f"My name is {name}", user=unique("u")).job_id, status="dead")
+        assert "scripted failure 429" in dead["last_error"]
+        (call,) = [r for r in fake.chat_requests(extraction=True) if name in json.dumps(r.body)]
+        assert call.body["model"] == "fail-429" and call.body["max_tokens"] == fails.extraction.max_tokens
+        assert ("x-stainless-lang" in call.headers) is (fast_path == "off")
+    finally:
+        server.stop()
