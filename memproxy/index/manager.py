@@ -83,6 +83,7 @@ class Candidates:
     vector: list[tuple[int, float]]  # (num, cosine), best first
     lexical: list[tuple[int, float]]  # (num, BM25), best first
     term_idf: dict[str, float]  # IDF of the query terms known to the scope
+    seq: int = 0  # the change seq the index reflected when it was searched
 
 
 @dataclass
@@ -137,6 +138,11 @@ def _bytes(blob: bytes | memoryview | None) -> bytes | None:
     return None if blob is None else bytes(blob)
 
 
+def latest_seq(conn: Connection, scope: Scope) -> int:
+    """The scope's newest change seq (what a caught-up index reflects)."""
+    return _max_seq(conn, scope)
+
+
 def _max_seq(conn: Connection, scope: Scope) -> int:
     # ORDER BY … DESC LIMIT 1 rather than max(): one backward seek in changes_scope_seq on both
     # engines, whatever Postgres's statistics say (with none yet it would scan the scope's rows).
@@ -179,12 +185,24 @@ class IndexManager:
         return sum(entry.held_vectors for entry in self._scopes.values())
 
     async def search(
-        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, k: int
+        self,
+        scope: Scope,
+        vector: npt.NDArray[np.float32] | None,
+        query: str,
+        k: int,
+        *,
+        catch_up: bool = True,
     ) -> Candidates:
-        """Up to ``k`` vector and ``k`` BM25 candidates of a scope, after catching up."""
+        """Up to ``k`` vector and ``k`` BM25 candidates of a scope, after catching up.
+
+        ``catch_up=False`` searches the index as it is and reports the change seq it reflects
+        (``Candidates.seq``): a caller that reads ``latest_seq`` in the same database round
+        trip as its results saves one round trip per search, and searches again (caught up)
+        in the rare case the two differ."""
         entry = await self._get(scope)
         async with entry.lock:
-            await self._catch_up(entry)
+            if catch_up:
+                await self._catch_up(entry)
             vectors = entry.vectors
             vec_hits: list[tuple[int, float]] = []
             if vector is not None and vectors is not None:
@@ -194,13 +212,16 @@ class IndexManager:
                     vec_hits = vectors.search(vector, k)
             lex_hits = entry.lexical.search(query, k)
             term_idf = entry.lexical.term_idf(query)
-        return Candidates(vec_hits, lex_hits, term_idf)
+            seq = entry.seq
+        return Candidates(vec_hits, lex_hits, term_idf, seq)
 
     async def follow_bridges(self, scope: Scope, query: str, sources: list[str], k: int) -> list[list[int]]:
-        """For each source text, up to ``k`` nums sharing its bridge terms (``memproxy.index.bridges``)."""
+        """For each source text, up to ``k`` nums sharing its bridge terms (``memproxy.index.bridges``).
+
+        Runs on the index as the search that found the sources left it (no catch-up): what
+        it returns is hydrated, so a memory deleted since is dropped there."""
         entry = await self._get(scope)
         async with entry.lock:
-            await self._catch_up(entry)
             followed: list[list[int]] = []
             for text in sources:
                 doc_freq = entry.lexical.doc_freq(" ".join(capitalized_terms(text)))

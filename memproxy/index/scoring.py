@@ -150,13 +150,21 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) >= 4 else word
 
 
+@functools.lru_cache(maxsize=16_384)  # a scope's memories come back search after search
+def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A memory's indexed terms, and their stems."""
+    present = frozenset(tokenize(text))
+    return present, frozenset(stem(word) for word in present)
+
+
 def term_coverage(text: str, term_idf: dict[str, float], stems: bool = True) -> float:
     """IDF-weighted fraction of the query terms (``term_idf``) present in ``text`` (up to a stem)."""
     total = sum(term_idf.values())
     if total <= 0:
         return 0.0
-    present = set(tokenize(text))
-    stemmed = {stem(word) for word in present} if stems else set()
+    present, stemmed = _words(text)
+    if not stems:
+        return sum(idf for term, idf in term_idf.items() if term in present) / total
     return sum(idf for term, idf in term_idf.items() if term in present or stem(term) in stemmed) / total
 
 

@@ -36,7 +36,7 @@ from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.index import bridges
 from memproxy.index.embedder import Embedder, make_embedder
-from memproxy.index.manager import IndexManager
+from memproxy.index.manager import Candidates, IndexManager, latest_seq
 from memproxy.index.scoring import (
     Ranking,
     candidate_count,
@@ -295,10 +295,7 @@ class MemoryStore:
                 vector = await self._embed_one(query, query=True)
             except Exception as exc:  # a down embedding provider must not break keyword search
                 log.warning("query embedding failed, searching lexically only: %s", exc)
-        found = await self.index.search(scope, vector, query, candidate_count(top_k))
-        pool, fused = candidate_pool(found.vector, found.lexical, top_k)
-        now, identity = self.clock(), self.embedder.identity
-        hydrated = await self.db.run(lambda c: rows.hydrate(c, scope, pool, now, identity))
+        found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
         scored = []
         for num in pool:
             if num not in hydrated:
@@ -317,6 +314,28 @@ class MemoryStore:
             cut = scored[0][1] * ranking.relative
             scored = [item for item in scored if item[1] >= cut]
         return [(memory, score) for memory, score, _ in scored[:top_k]]
+
+    async def _candidates(
+        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, top_k: int
+    ) -> tuple[Candidates, list[int], dict[int, float], dict[int, tuple[Memory, bytes | None]]]:
+        """The index's candidates and their rows, in one database round trip when the index is
+        current: the change seq is read with the rows, and only if the scope changed since the
+        index last caught up is it caught up and searched again."""
+        now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
+        found = await self.index.search(scope, vector, query, count, catch_up=False)
+        for attempt in (1, 2):
+            pool, fused = candidate_pool(found.vector, found.lexical, top_k)
+
+            def read(
+                c: Connection, pool: list[int] = pool
+            ) -> tuple[dict[int, tuple[Memory, bytes | None]], int]:
+                return rows.hydrate(c, scope, pool, now, identity), latest_seq(c, scope)
+
+            hydrated, seq = await self.db.run(read)
+            if seq == found.seq or attempt == 2:
+                break
+            found = await self.index.search(scope, vector, query, count)  # caught up this time
+        return found, pool, fused, hydrated
 
     async def _follow_bridges(
         self,

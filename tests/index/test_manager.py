@@ -7,6 +7,7 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,3 +221,39 @@ def test_scope_forgotten_by_another_process_is_reset(tmp_path: Path) -> None:
     asyncio.run(body())
     for path, data in all_bytes(tmp_path).items():
         assert marker not in data, path
+
+
+class CountingDatabase(Database):
+    """The real SQLite database, counting round trips to its thread."""
+
+    calls = 0
+
+    async def run(self, fn: Any) -> Any:
+        self.calls += 1
+        return await super().run(fn)
+
+
+def test_a_search_of_an_unchanged_scope_is_one_database_round_trip(tmp_path: Path) -> None:
+    async def body() -> None:
+        db = CountingDatabase(tmp_path / DB_NAME)
+        await db.open()
+        store = MemoryStore(
+            db, HashEmbedder(256), IndexManager(db, tmp_path, HashEmbedder(256), IndexSettings())
+        )
+        await store.start()
+        await _fill(store, 30)
+        await store.search(SCOPE, "guitar")
+        db.calls = 0
+        assert await store.search(SCOPE, "guitar lessons")
+        assert db.calls == 1  # rows and the change seq in one read: nothing to catch up
+        other = Database(tmp_path / DB_NAME)
+        await other.open()
+        await MemoryStore(other, HashEmbedder(256), IndexManager(
+            other, tmp_path / "other", HashEmbedder(256), IndexSettings())).add(SCOPE, "Guitar strings are nylon")  # fmt: skip
+        db.calls = 0
+        assert "Guitar strings are nylon" in [m.text for m, _ in await store.search(SCOPE, "guitar strings")]
+        assert db.calls > 1  # the scope changed elsewhere: caught up, then searched again
+        await other.close()
+        await db.close()
+
+    asyncio.run(body())
