@@ -176,6 +176,21 @@ def cosine(query: npt.NDArray[np.float32] | None, blob: bytes | None) -> float:
     return max(0.0, float(np.dot(query.reshape(-1), vector)))
 
 
+def cosines(query: npt.NDArray[np.float32] | None, blobs: list[bytes | None]) -> list[float]:
+    """``cosine`` of each blob, in one matrix product (a search scores dozens of candidates)."""
+    if query is None or not blobs:
+        return [0.0] * len(blobs)
+    size = query.size * 4
+    fitting = [i for i, blob in enumerate(blobs) if blob is not None and len(blob) == size]
+    out = [0.0] * len(blobs)
+    if fitting:
+        matrix = np.frombuffer(b"".join(blobs[i] or b"" for i in fitting), dtype=np.float32)
+        products = matrix.reshape(len(fitting), query.size) @ query.reshape(-1)
+        for i, value in zip(fitting, products.tolist(), strict=True):
+            out[i] = max(0.0, value)
+    return out
+
+
 def above_floor(cos: float, floor: float) -> float:
     """The cosine's share of the way from the noise floor to 1, in [0, 1]."""
     if floor >= 1.0:

@@ -42,6 +42,7 @@ from memproxy.index.scoring import (
     candidate_count,
     candidate_pool,
     cosine,
+    cosines,
     default_ranking,
     is_small_talk,
     relevance,
@@ -297,11 +298,10 @@ class MemoryStore:
                 log.warning("query embedding failed, searching lexically only: %s", exc)
         found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
         scored = []
-        for num in pool:
-            if num not in hydrated:
-                continue  # deleted or expired since the index saw it
-            memory, blob = hydrated[num]
-            score = relevance(cosine(vector, blob), term_coverage(memory.text, found.term_idf, ranking.stems),
+        present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
+        for num, cos in zip(present, cosines(vector, [hydrated[num][1] for num in present]), strict=True):
+            memory = hydrated[num][0]
+            score = relevance(cos, term_coverage(memory.text, found.term_idf, ranking.stems),
                               self.embedder.floor, ranking)  # fmt: skip
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))

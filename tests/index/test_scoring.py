@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memproxy.index.embedder import Embedder, HashEmbedder, OnnxEmbedder
-from memproxy.index.scoring import Ranking, above_floor, is_small_talk, relevance
+from memproxy.index.scoring import Ranking, above_floor, cosine, cosines, is_small_talk, relevance
 from memproxy.scope import Scope
 from tests.support.storage_env import open_store
 
@@ -102,3 +103,16 @@ def test_a_word_counts_up_to_its_stem_for_the_hash_embedder(tmp_path: Path) -> N
     found = search_all(tmp_path, HashEmbedder(256), ["where do I live?", "cats"], min_score=0.1)
     assert [text for text, _ in found["where do I live?"]] == ["User lives in a flat in Lisbon."]
     assert [text for text, _ in found["cats"]] == ["User's cat is called Biscuit."]
+
+
+def test_cosines_match_one_by_one_and_skip_vectors_of_another_space() -> None:
+    rng = np.random.default_rng(7)
+    query = rng.standard_normal(8).astype(np.float32)
+    query /= np.linalg.norm(query)
+    rows = [rng.standard_normal(8).astype(np.float32) for _ in range(5)]
+    blobs: list[bytes | None] = [(row / np.linalg.norm(row)).tobytes() for row in rows]
+    blobs += [None, np.ones(4, dtype=np.float32).tobytes()]  # no vector; another embedder's size
+    assert cosines(query, blobs) == pytest.approx([cosine(query, blob) for blob in blobs])
+    assert cosines(query, blobs)[-2:] == [0.0, 0.0]
+    assert cosines(None, blobs) == [0.0] * len(blobs)
+    assert all(value >= 0.0 for value in cosines(query, blobs))
