@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
-
-import numpy as np
 
 from memproxy.index.lexical import LexicalIndex, tokenize
 
@@ -54,26 +51,3 @@ def test_arrays_round_trip_gives_identical_results() -> None:
         assert copy.search(query, 20) == index.search(query, 20)
     copy.add(5000, "w17 brand new")
     assert copy.search("brand", 1)[0][0] == 5000
-
-
-def test_query_p99_under_10ms_at_100k_docs() -> None:
-    rng = random.Random(1)
-    vocab = [f"term{i}" for i in range(20000)]
-    common = ["user", "likes", "prefers", "works", "lives", "meeting", "project"]
-    index = LexicalIndex()
-    for num in range(1, 100_001):
-        words = rng.choices(common, k=3) + rng.choices(vocab, k=6)
-        index.add(num, " ".join(words))
-    queries = [" ".join(rng.choices(common, k=2) + rng.choices(vocab, k=2)) for _ in range(200)]
-    index.search(queries[0], 10)  # merge pending postings once
-    for query in queries:
-        index.search(query, 10)
-    timings = []
-    for query in queries:  # best of 3 per query: measures the work, not the machine's other load
-        runs = []
-        for _ in range(3):
-            start = time.perf_counter()
-            index.search(query, 10)
-            runs.append(time.perf_counter() - start)
-        timings.append(min(runs))
-    assert float(np.percentile(timings, 99)) < 0.010
