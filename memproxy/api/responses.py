@@ -51,8 +51,10 @@ async def create_response(request: Request, credential: CredentialDep, services:
         query=responses_turn.query_text(body), place=place_responses, inputs=responses_turn.new_input(body),
     )  # fmt: skip
     route = services.fast_paths.route(body["model"], credential)
-    if serves_responses(route):  # a provider with its own Responses API: relayed byte for byte
-        assert route is not None
+    previous = body.get("previous_response_id")
+    # A LiteLLM id (from its path) means nothing to the provider: LiteLLM decodes it.
+    if serves_responses(route) and not (isinstance(previous, str) and litellm_id(previous)):
+        assert route is not None  # a provider with its own Responses API: relayed byte for byte
         return await fast_response(services, route, turn, bool(body.get("stream")))
     with services.metrics.time_upstream(streamed=bool(body.get("stream"))):
         answer = await services.surfaces.create_response(turn.forwarded, credential)

@@ -184,3 +184,18 @@ def test_recall_and_capture_switches(proxy: Proxy, fake: ScriptedUpstream) -> No
     assert not memory_texts(fake.requests_to("/responses")[-1].body)
     anonymous = proxy.client().responses.with_raw_response.create(model="gpt-4o-mini", input="who am I?")
     assert anonymous.headers["x-memproxy-capture"] == "off"  # no user or agent: memory is off
+
+
+def test_a_conversation_begun_through_litellm_continues_on_the_fast_path(
+    litellm_proxy: Proxy, fast_proxy: Proxy
+) -> None:
+    """``upstream.fast_path`` switched on (or a model moved to the fast path) mid-conversation:
+    a LiteLLM response id still works as ``previous_response_id``, for GET and for DELETE."""
+    first = litellm_proxy.client().responses.create(model="gpt-4o-mini", input="started through LiteLLM")
+    fast = fast_proxy.client()
+    later = fast.responses.create(model="gpt-4o-mini", input="and continued", previous_response_id=first.id)
+    assert later.output_text == "You said: and continued"
+    assert fast.responses.retrieve(first.id).output_text == "You said: started through LiteLLM"
+    fast.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        fast.responses.retrieve(first.id)
