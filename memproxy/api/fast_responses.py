@@ -10,9 +10,9 @@ Invariants (the same as ``fast_chat`` and the LiteLLM path in ``responses``):
 - The forwarded body is the caller's, plus at most the injected developer item, with the
   model named as the provider knows it. Status, body and SSE bytes are the provider's;
   memproxy adds only its ``X-Memproxy-*`` headers to a successful answer.
-- Capture reads the answer as it passes and never changes it: a non-streamed turn is
-  committed before the answer is returned; a streamed one before ``response.completed``
-  (or ``.incomplete``/``.failed``) goes out. An error answer or a cut stream is not captured.
+- Capture reads the answer as it passes and never changes it (``fast_surface.relay_turn``):
+  a streamed turn is committed before ``response.completed`` (or ``.incomplete``/``.failed``)
+  goes out. An error answer or a cut stream is not captured.
 - A failure after the first byte ends the stream with the Responses API's own ``error``
   event (``{"type": "error", "code", "message", "param", "sequence_number"}``).
 """
@@ -23,18 +23,15 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import quote
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
+from memproxy.api.fast_surface import json_object, relay_turn
+from memproxy.api.turn import PreparedTurn
 from memproxy.errors import ApiError
 from memproxy.fastpath import FastRoute
-from memproxy.outbox.capture import StreamCapture
 from memproxy.proxy import responses_turn
-from memproxy.relay import relay_events
 from memproxy.services import Services
 
 RESPONSES_PATH = "/responses"
@@ -48,25 +45,12 @@ def serves_responses(route: FastRoute | None) -> bool:
 
 
 async def fast_response(services: Services, route: FastRoute, turn: PreparedTurn, stream: bool) -> Response:
-    payload = json.dumps({**turn.forwarded, "model": route.model}).encode()
-    with services.metrics.time_upstream(streamed=stream, path="fast"):
-        reply = await services.relay.send(route, RESPONSES_PATH, payload, stream=stream)
-    if reply.status >= 400:  # the provider's error, as it sent it (not captured)
-        return Response(reply.body, status_code=reply.status, headers=reply.headers)
-    if reply.streaming:
-        frames = _ErrorFrames()
-        on_data, before_done = _stream_hooks(services, turn, frames)
-        return StreamingResponse(
-            relay_events(reply, on_data, before_done, is_final=_is_terminal, error_frame=frames),
-            status_code=reply.status,
-            headers={**reply.headers, **turn.headers, **STREAM_HEADERS},
-        )
-    body = reply.body or b""
-    answer = _json(body)
-    headers = await commit_reply(
-        services, turn, responses_turn.reply_from_response(answer) if answer else None
-    )
-    return Response(body, status_code=reply.status, headers={**reply.headers, **headers})
+    frames = _ErrorFrames()
+    return await relay_turn(
+        services, route, RESPONSES_PATH, turn, stream,
+        reply_of=responses_turn.reply_from_response, accumulator=responses_turn.ResponsesStreamAccumulator,
+        is_final=_is_terminal, error_frame=frames, observe=frames.see,
+    )  # fmt: skip
 
 
 def litellm_id(response_id: str) -> bool:
@@ -87,19 +71,11 @@ async def fast_stored(services: Services, route: FastRoute, method: str, respons
     return Response(reply.body, status_code=reply.status, headers=reply.headers)
 
 
-def _json(payload: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(payload)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _is_terminal(payload: bytes) -> bool:
     # Most events are deltas: only payloads naming a terminal type are parsed here.
     if not any(kind.encode() in payload for kind in TERMINAL):
         return False
-    event = _json(payload)
+    event = json_object(payload)
     return event is not None and event.get("type") in TERMINAL
 
 
@@ -118,23 +94,3 @@ class _ErrorFrames:
         data = {"type": "error", "code": error.code or error.type, "message": error.message,
                 "param": error.param, "sequence_number": self.sequence + 1}  # fmt: skip
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
-
-
-def _stream_hooks(
-    services: Services, turn: PreparedTurn, frames: _ErrorFrames
-) -> tuple[Callable[[bytes], None], Callable[[], Awaitable[None]] | None]:
-    capture = None
-    if turn.plan is not None:
-        capture = StreamCapture(services.capture, turn.plan, responses_turn.ResponsesStreamAccumulator())
-
-    def on_data(payload: bytes) -> None:
-        frames.see(payload)
-        event = _json(payload) if capture is not None else None
-        if capture is not None and event is not None:
-            capture.feed(event)
-
-    async def before_done() -> None:
-        if capture is not None:
-            await capture.finish()
-
-    return on_data, before_done if capture is not None else None
