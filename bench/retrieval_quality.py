@@ -160,9 +160,11 @@ async def run_embedder(name: str, args: argparse.Namespace, conversations: list[
             report.update(timing, loadavg=round((load_before + os.getloadavg()[0]) / 2, 1))
             report["pipelines"] = {}
             pipelines = [("legacy", Ranking.legacy(), 0.0)]
-            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w != 1 else "")
+            base = default_ranking(embedder.identity)
+            pipelines += [(f"gated@{s:g}" + (f" rel{r:g}" if r else "") + (f" lex{w:g}" if w is not None else "")
                            + ("" if b else " one-hop"),
-                           replace(default_ranking(embedder.identity), relative=r, lexical_weight=w, bridges=b), s)
+                           replace(base, relative=r, bridges=b,
+                                   lexical_weight=base.lexical_weight if w is None else w), s)
                           for b in args.bridges for w in args.lexical_weight for r in args.relative
                           for s in args.min_scores]  # fmt: skip
             for label, ranking, min_score in pipelines:
@@ -223,7 +225,11 @@ async def main() -> None:
     )
     parser.add_argument("--min-scores", default="0,0.1,0.2,0.3,0.4")
     parser.add_argument("--relative", default="0", help="Ranking.relative values to try")
-    parser.add_argument("--lexical-weight", default="1", help="Ranking.lexical_weight values to try")
+    parser.add_argument(
+        "--lexical-weight",
+        default="",
+        help="Ranking.lexical_weight values to try (default: the embedder's own)",
+    )
     parser.add_argument("--bridges", default="1", help="Ranking.bridges values to try (1 on, 0 off)")
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=400)
@@ -233,7 +239,7 @@ async def main() -> None:
     args = parser.parse_args()
     args.min_scores = [float(s) for s in args.min_scores.split(",") if s]
     args.relative = [float(r) for r in args.relative.split(",") if r]
-    args.lexical_weight = [float(w) for w in args.lexical_weight.split(",") if w]
+    args.lexical_weight = [float(w) for w in args.lexical_weight.split(",") if w] or [None]
     args.bridges = [b.strip() == "1" for b in args.bridges.split(",") if b]
     conversations, questions = load_dataset(args.dataset)
     use_bundled_tokenizers()
