@@ -9,7 +9,7 @@
    (recall off) is the ceiling: the newest exchange is new whatever memproxy does.
 2. Latency: p50 / p95 of non-streamed requests through memproxy (memory on, c=1) for
    ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (``messages``: an
-   OpenAI-wire model, translated by LiteLLM; ``messages_native``: an Anthropic model,
+   OpenAI-wire model, translated to chat by memproxy; ``messages_native``: an Anthropic model,
    relayed to the provider's own ``/v1/messages``), next to the same calls made straight
    to the scripted upstream, so the added cost of each surface over chat is memproxy's own.
 
@@ -245,9 +245,9 @@ def run(quick: bool) -> dict[str, Any]:
                             base_url=f"http://127.0.0.1:{port}", timeout=60, headers=headers
                         ) as http:
                             bodies = forwarded(fake, converse(http, surface, user, profile))
-                        # /v1/messages with MODEL reaches the scripted upstream translated to its
-                        # Responses API; with the Anthropic alias, as Anthropic's own request.
-                        kind = surface if surface in ("chat", "messages_native") else "responses"
+                        # /v1/messages with MODEL reaches the scripted upstream translated to chat
+                        # (memproxy's fast path); with the Anthropic alias, as Anthropic's own request.
+                        kind = {"messages": "chat"}.get(surface, surface)
                         shares = prefix_shares(encoding, kind, bodies)
                         rows[surface] = {"mean": round(statistics.mean(shares), 4), "min": round(min(shares), 4),
                                          "last": round(shares[-1], 4)}  # fmt: skip
@@ -256,7 +256,7 @@ def run(quick: bool) -> dict[str, Any]:
             via = latency(f"http://127.0.0.1:{ports['end']}", samples, headers, SURFACES)
             direct = latency(upstream.url, samples, {"Authorization": f"Bearer {TOKEN}"},
                              ("chat", "responses", "messages_native"), native_model=NATIVE_MODEL)  # fmt: skip
-    direct["messages"] = direct["responses"]  # LiteLLM sends /v1/messages to the provider's Responses API
+    direct["messages"] = direct["chat"]  # memproxy translates /v1/messages for this model to chat
     added = {name: round(via[name]["p50_ms"] - direct[name]["p50_ms"], 2) for name in via}
     report["latency_ms"] = {
         "through_memproxy": via,

@@ -25,10 +25,11 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
-from memproxy.errors import ApiError
+from memproxy.errors import ApiError, error_type_for
 from memproxy.fastpath import FastRoute
 from memproxy.upstream import timeout_error, unreachable_error
 
@@ -248,3 +249,15 @@ def _stream_error(exc: Exception) -> ApiError:
     if isinstance(exc, TimeoutError):
         return timeout_error()
     return unreachable_error(_describe(exc))
+
+
+def provider_error(status: int, data: Any) -> ApiError:
+    """The ``ApiError`` for a provider's answer ``data`` (OpenAI's ``{"error": {...}}`` shape when it
+    sent one), for callers that translate the answer rather than relay it."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return ApiError(status, str(error["message"]), type=error.get("type") or error_type_for(status),
+                        param=error.get("param"), code=error.get("code"))  # fmt: skip
+    if status < 400:
+        return ApiError(502, "the provider's answer is not a JSON object", type="upstream_error")
+    return ApiError(status, f"the provider answered {status}", type=error_type_for(status))

@@ -1,5 +1,7 @@
 """``POST /v1/messages`` on the fast path: a model served by Anthropic gets the request
-relayed byte for byte to its Messages API; every other model keeps LiteLLM's translation.
+relayed byte for byte to its Messages API (``fast_message``); a model at an OpenAI-wire
+provider gets it translated to chat completions and back (``translated_message``,
+``proxy.anthropic_chat``); every other model keeps LiteLLM's translation.
 
 Invariants (the same as the LiteLLM path in ``messages``; the relay itself is
 ``fast_surface.relay_turn``):
@@ -15,18 +17,29 @@ Invariants (the same as the LiteLLM path in ``messages``; the relay itself is
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memproxy.api.fast_surface import json_object, relay_turn
-from memproxy.api.turn import PreparedTurn
+from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
 from memproxy.errors import ApiError, anthropic_error_body
 from memproxy.fastpath import FastRoute
+from memproxy.outbox.capture import StreamCapture
 from memproxy.proxy import anthropic_turn
+from memproxy.proxy.anthropic_chat import ChatStreamToEvents, Event, frame, to_chat, to_message
+from memproxy.relay import Reply, data_lines, provider_error, split_events
 from memproxy.services import Services
+from memproxy.upstream import unreachable_error
+
+log = logging.getLogger("memproxy.api.messages")
 
 MESSAGES_PATH = "/v1/messages"
+CHAT_PATH = "/chat/completions"
 # The version the Anthropic SDK sends; used only when a caller sends none.
 DEFAULT_VERSION = "2023-06-01"
 _PASSED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -53,3 +66,83 @@ def _is_stop(payload: bytes) -> bool:
 
 def _error_frame(error: ApiError) -> bytes:
     return b"event: error\ndata: " + json.dumps(anthropic_error_body(error)).encode() + b"\n\n"
+
+
+async def translated_message(
+    services: Services, route: FastRoute, body: dict[str, Any], turn: PreparedTurn, stream: bool
+) -> Response:
+    """``/v1/messages`` to an OpenAI-wire provider: translated to chat (``proxy.anthropic_chat``),
+    relayed, and the answer translated back. ``turn.forwarded`` is already the chat body when
+    memories were injected (the block is a system message, as on chat)."""
+    chat = turn.forwarded if turn.forwarded is not body else to_chat(body)
+    payload = json.dumps({**chat, "model": route.model}).encode()
+    with services.metrics.time_upstream(streamed=stream, path="fast"):
+        reply = await services.relay.send(route, CHAT_PATH, payload, stream=stream)
+    passed = {k: v for k, v in reply.headers.items() if k.lower() != "content-type"}
+    if reply.status >= 400:
+        error = provider_error(reply.status, json_object(reply.body or b""))
+        return JSONResponse(anthropic_error_body(error), status_code=error.status, headers=passed)
+    if reply.streaming:
+        events = _translated_events(services, reply, turn, str(body["model"]))
+        return StreamingResponse(events, media_type="text/event-stream",
+                                 headers={**passed, **turn.headers, **STREAM_HEADERS})  # fmt: skip
+    data = json_object(reply.body or b"")
+    if data is None:
+        error = provider_error(reply.status, None)
+        return JSONResponse(anthropic_error_body(error), status_code=error.status)
+    message = to_message(data, str(body["model"]))
+    headers = await commit_reply(services, turn, anthropic_turn.reply_from_message(message))
+    return JSONResponse(message, headers={**passed, **headers})
+
+
+async def _translated_events(
+    services: Services, reply: Reply, turn: PreparedTurn, model: str
+) -> AsyncIterator[bytes]:
+    """The provider's chunk stream as Anthropic events; the turn is captured before ``message_stop``."""
+    translator = ChatStreamToEvents(model)
+    capture = None
+    if turn.plan is not None:
+        capture = StreamCapture(services.capture, turn.plan, anthropic_turn.AnthropicStreamAccumulator())
+    pending, done = b"", False
+    try:
+        async for chunk in reply.chunks():
+            pending += chunk
+            cut = split_events(pending)
+            events, pending = pending[:cut], pending[cut:]
+            out: list[Event] = []
+            for _, payload in data_lines(events):
+                if payload == b"[DONE]":
+                    done = True
+                    break
+                data = json_object(payload)
+                if data is not None and isinstance(data.get("error"), dict):
+                    raise provider_error(502, data)
+                if data is not None:
+                    out += translator.feed(data)
+            if out:
+                yield _framed(out, capture)
+            if done:
+                break
+        if not translator.finished:
+            raise ApiError(502, "the provider's stream ended before its answer did", type="upstream_error")
+        closing = translator.finish()
+        yield _framed(closing[:-1], capture)
+        if capture is not None:
+            await capture.finish()
+        yield frame(closing[-1])
+        reply.release()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        error = exc if isinstance(exc, ApiError) else unreachable_error(str(exc) or type(exc).__name__)
+        log.warning("translated stream failed after it began: %s", error.message)
+        yield _error_frame(error)
+    finally:
+        reply.close()
+
+
+def _framed(events: list[Event], capture: StreamCapture | None) -> bytes:
+    if capture is not None:
+        for _, data in events:
+            capture.feed(data)
+    return b"".join(frame(event) for event in events)

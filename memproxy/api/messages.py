@@ -1,5 +1,6 @@
 """Anthropic's Messages API: ``POST /v1/messages`` with recall and capture. A model served
-by Anthropic is relayed to its Messages API byte for byte (``fast_messages``); any other
+by Anthropic is relayed to its Messages API byte for byte; a model at an OpenAI-wire
+provider is translated to chat completions and back (both in ``fast_messages``); any other
 goes through LiteLLM's Anthropic-messages interface, translated for its provider.
 
 Invariants (as chat's, in Anthropic's shapes):
@@ -24,14 +25,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memproxy.api.body import read_json_object, require_str
 from memproxy.api.deps import ServicesDep
-from memproxy.api.fast_messages import fast_message
+from memproxy.api.fast_messages import fast_message, translated_message
 from memproxy.api.sse import SSEParser, relay
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply, prepare_turn
 from memproxy.auth import Credential
 from memproxy.errors import ApiError, anthropic_error_body
 from memproxy.outbox.capture import StreamCapture
 from memproxy.proxy import anthropic_turn
-from memproxy.proxy.placement import place_anthropic
+from memproxy.proxy.anthropic_chat import to_chat
+from memproxy.proxy.placement import Placement, place_anthropic, place_chat
 from memproxy.scope import parse_request_scope
 from memproxy.services import Services
 
@@ -54,14 +56,19 @@ async def create_message(request: Request, services: ServicesDep) -> Response:
     body_user = metadata.get("user_id") if isinstance(metadata, dict) else None
     request_scope = parse_request_scope(credential.tenant, dict(request.headers), body_user)
     request.state.scope_info = request_scope
+    native = services.fast_paths.messages_route(body["model"], credential)
+    openai_wire = services.fast_paths.route(body["model"], credential) if native is None else None
+    # Translated to chat, the memory block is a system message as on chat, not a block of the user turn.
+    place = place_anthropic if openai_wire is None else _place_as_chat
     turn = await prepare_turn(
         services, body, request_scope,
-        query=anthropic_turn.query_text(body), place=place_anthropic, inputs=anthropic_turn.new_input(body),
+        query=anthropic_turn.query_text(body), place=place, inputs=anthropic_turn.new_input(body),
     )  # fmt: skip
     headers = {k.lower(): v for k, v in request.headers.items()}
-    route = services.fast_paths.messages_route(body["model"], credential)
-    if route is not None:  # Anthropic's own Messages API: relayed byte for byte
-        return await fast_message(services, route, turn, bool(body.get("stream")), headers)
+    if native is not None:  # Anthropic's own Messages API: relayed byte for byte
+        return await fast_message(services, native, turn, bool(body.get("stream")), headers)
+    if openai_wire is not None:  # an OpenAI-wire provider: translated to chat and back
+        return await translated_message(services, openai_wire, body, turn, bool(body.get("stream")))
     with services.metrics.time_upstream(streamed=bool(body.get("stream"))):
         answer = await services.surfaces.create_message(turn.forwarded, credential, headers)
     if body.get("stream"):
@@ -69,6 +76,10 @@ async def create_message(request: Request, services: ServicesDep) -> Response:
     payload = dict(answer) if not hasattr(answer, "model_dump") else answer.model_dump(exclude_none=True)
     reply_headers = await commit_reply(services, turn, anthropic_turn.reply_from_message(payload))
     return JSONResponse(payload, headers=reply_headers)
+
+
+def _place_as_chat(body: dict[str, Any], text: str, placement: Placement) -> dict[str, Any]:
+    return place_chat(to_chat(body), text, placement)
 
 
 def authenticate(request: Request, services: Services) -> Credential:

@@ -34,11 +34,10 @@ from typing import Any
 
 from memproxy.auth import Credential
 from memproxy.config import ExtractionSettings, UpstreamSettings
-from memproxy.errors import ApiError, error_type_for
 from memproxy.fastpath import FastPaths
 from memproxy.outbox.operations import ExtractionError, Operation, Rejected, parse_answer
 from memproxy.outbox.prompt import RESPONSE_SCHEMA, ExtractionInput, build_messages, local_ids
-from memproxy.relay import Relay
+from memproxy.relay import Relay, provider_error
 from memproxy.upstream import Upstream, import_litellm
 
 log = logging.getLogger(__name__)
@@ -183,14 +182,3 @@ class Extractor:
         if reply.status >= 400 or not isinstance(data, dict):
             raise provider_error(reply.status, data)
         return _Answer.of(data)
-
-
-def provider_error(status: int, data: Any) -> ApiError:
-    """A relayed provider error (OpenAI's ``{"error": {...}}`` shape when it sent one)."""
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return ApiError(status, str(error["message"]), type=error.get("type") or error_type_for(status),
-                        param=error.get("param"), code=error.get("code"))  # fmt: skip
-    if status < 400:
-        return ApiError(502, "the provider's answer is not a JSON object", type="upstream_error")
-    return ApiError(status, f"the provider answered {status}", type=error_type_for(status))

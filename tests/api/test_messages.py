@@ -1,5 +1,9 @@
-"""``/v1/messages``: the real Anthropic SDK → memproxy → LiteLLM's Anthropic-messages interface →
-scripted upstream (translated to its Responses API, or natively to its ``/v1/messages``)."""
+"""``/v1/messages``: the real Anthropic SDK → memproxy → scripted upstream.
+
+An OpenAI-wire model goes translated to chat completions by memproxy (``fast``) or to the
+Responses API by LiteLLM's Anthropic-messages interface (``litellm``): every test using
+``proxy`` runs on both. The ``native`` alias is Anthropic's own wire (the fake's ``/v1/messages``).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pytest
 
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import captured, unique
+from tests.support.paths import on_both_paths
 from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
 from tests.support.surfaces import (
     anthropic_client,
@@ -27,6 +32,13 @@ TOOLS = [
     {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {}}}
 ]
 NATIVE = "claude-native"
+
+proxy = on_both_paths("proxy")
+
+
+def translated_to(proxy: Proxy) -> str:
+    """The fake's route an OpenAI-wire model's /v1/messages request arrives at."""
+    return "/chat/completions" if proxy.settings.upstream.fast_path == "auto" else "/responses"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -105,7 +117,11 @@ def test_metadata_user_id_is_the_user_and_recall_is_its_own_block(
     )
     assert raw.headers["x-memproxy-recalled"] == "1"
     assert "red bicycle" in raw.parse().content[0].text  # type: ignore[union-attr]
-    assert len(memory_texts(forwarded(fake, ask, "/responses").body)) == 1
+    sent = forwarded(fake, ask, translated_to(proxy)).body
+    assert len(memory_texts(sent)) == 1
+    if translated_to(proxy) == "/chat/completions":  # memory as a system message, as on chat
+        assert sent["messages"][0] == {"role": "user", "content": ask}
+        assert sent["messages"][1]["role"] == "system" and memory_texts(sent["messages"][1])
     assert captured(proxy.data_dir, raw.headers["x-memproxy-capture"])[0] == {"role": "user", "content": ask}
 
 
@@ -139,7 +155,7 @@ def test_tool_use_and_the_tool_result_turn_recalls(
     ]
     raw = client.messages.with_raw_response.create(model="gpt-4o-mini", max_tokens=100, messages=history)  # type: ignore[arg-type]
     assert raw.headers["x-memproxy-recalled"] == "1"
-    assert memory_texts(forwarded(fake, "Sunny, 21C", "/responses").body)
+    assert memory_texts(forwarded(fake, "Sunny, 21C", translated_to(proxy)).body)
     assert captured(proxy.data_dir, raw.headers["x-memproxy-capture"]) == [
         {"role": "tool", "tool_call_id": use.id, "content": "Sunny, 21C"},
         {"role": "assistant", "content": raw.parse().content[0].text},  # type: ignore[union-attr]
