@@ -1,7 +1,7 @@
 """``recall.placement``: where the memory block goes, and the prompt-cache promise of ``end``.
 
-The 20-turn tests talk real HTTP (client → memproxy → LiteLLM → scripted upstream) and compare
-consecutive requests as the provider received them.
+The 20-turn tests talk real HTTP (client → memproxy → scripted upstream, on the fast path) and
+compare consecutive requests as the provider received them.
 """
 
 from __future__ import annotations
