@@ -40,6 +40,7 @@ log = logging.getLogger("memproxy.api.messages")
 
 MESSAGES_PATH = "/v1/messages"
 CHAT_PATH = "/chat/completions"
+OPENAI_API = "https://api.openai.com/v1"
 # The version the Anthropic SDK sends; used only when a caller sends none.
 DEFAULT_VERSION = "2023-06-01"
 _PASSED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -74,7 +75,7 @@ async def translated_message(
     """``/v1/messages`` to an OpenAI-wire provider: translated to chat (``proxy.anthropic_chat``),
     relayed, and the answer translated back. ``turn.forwarded`` is already the chat body when
     memories were injected (the block is a system message, as on chat)."""
-    chat = turn.forwarded if turn.forwarded is not body else to_chat(body)
+    chat = for_provider(turn.forwarded if turn.forwarded is not body else to_chat(body), route)
     payload = json.dumps({**chat, "model": route.model}).encode()
     with services.metrics.time_upstream(streamed=stream, path="fast"):
         reply = await services.relay.send(route, CHAT_PATH, payload, stream=stream)
@@ -93,6 +94,15 @@ async def translated_message(
     message = to_message(data, str(body["model"]))
     headers = await commit_reply(services, turn, anthropic_turn.reply_from_message(message))
     return JSONResponse(message, headers={**passed, **headers})
+
+
+def for_provider(chat: dict[str, Any], route: FastRoute) -> dict[str, Any]:
+    """OpenAI's own API takes the token limit as ``max_completion_tokens`` (its reasoning models
+    refuse ``max_tokens``); OpenAI-compatible servers know ``max_tokens``."""
+    if route.base_url != OPENAI_API or "max_tokens" not in chat:
+        return chat
+    limited = {k: v for k, v in chat.items() if k != "max_tokens"}
+    return {**limited, "max_completion_tokens": chat["max_tokens"]}
 
 
 async def _translated_events(

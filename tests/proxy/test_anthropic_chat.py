@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memproxy.api.fast_messages import for_provider
+from memproxy.fastpath import FastRoute
 from memproxy.proxy.anthropic_chat import ChatStreamToEvents, to_chat, to_message
 from memproxy.proxy.anthropic_turn import AnthropicStreamAccumulator
 
@@ -113,3 +115,15 @@ def test_a_stream_without_a_finish_reason_is_not_whole() -> None:
     translator = ChatStreamToEvents("m")
     translator.feed({"id": "c", "choices": [{"index": 0, "delta": {"content": "Hel"}}]})
     assert not translator.finished
+
+
+def test_openais_own_api_gets_max_completion_tokens() -> None:
+    chat = to_chat({"model": "o3", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]})
+    official = FastRoute("openai", "https://api.openai.com/v1", "o3", None, 600.0)
+    compatible = FastRoute("openai", "http://127.0.0.1:8000/v1", "qwen", None, 600.0)
+    assert for_provider(chat, official) == {
+        "model": "o3",
+        "messages": chat["messages"],
+        "max_completion_tokens": 64,
+    }
+    assert for_provider(chat, compatible) is chat  # vLLM, llama.cpp, …: max_tokens, as sent
