@@ -146,6 +146,10 @@ class RecallSettings(_Section):
     # stable prefix for provider prompt caches; bench/prefix_cache.py measured it against
     # "after_system" (README "Prompt caching"), hence the default.
     placement: Literal["after_system", "end"] = "end"
+    # Each line's last-written day, ``- [2026-11-30] …``: ~8 tokens a line on every request.
+    # Off by default: extraction already writes a fact's own dates into its text (relative
+    # dates resolved against the turn's date), and a shorter block is a cheaper one.
+    dates: bool = False
 
 
 class MemorySettings(_Section):

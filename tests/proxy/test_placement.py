@@ -20,7 +20,7 @@ from tests.support.memory_flow import unique
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
 from tests.support.surfaces import anthropic_client, forwarded, memory_texts, remember
 
-BLOCK = f"{MEMORY_MARKER}\n- [2025-01-01] fact\n</memories>"
+BLOCK = f"{MEMORY_MARKER}\n- fact\n</memories>"
 SYSTEM = "You are Atlas, a travel assistant. " * 20
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 CITIES = ["Lisbon", "Porto", "Faro", "Braga", "Evora", "Sintra", "Aveiro", "Coimbra", "Tavira", "Lagos"]

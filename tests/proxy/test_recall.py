@@ -11,7 +11,6 @@ import copy
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -34,8 +33,6 @@ from tests.support.proxy import Proxy, proxy_settings, start_proxy
 
 # Every test here runs on the fast path and on the LiteLLM path.
 proxy_on_both_paths = on_both_paths("proxy")
-
-TODAY = datetime.now(UTC).date().isoformat()
 
 
 def remember(
@@ -75,14 +72,14 @@ def uid() -> str:
     return "u-" + uuid.uuid4().hex[:10]
 
 
-def test_memory_of_the_scope_is_injected_with_its_date(proxy: Proxy, fake: ScriptedUpstream) -> None:
+def test_memory_of_the_scope_is_injected(proxy: Proxy, fake: ScriptedUpstream) -> None:
     user = uid()
     remember(proxy, "Lives in Berlin and cycles to work", user_id=user)
     needle = f"where do I live {uuid.uuid4().hex[:6]}"
     response = chat(proxy, [{"role": "user", "content": needle}], headers={"X-Memproxy-User-Id": user})
-    assert memory_lines(fake.find_chat(needle)) == [f"- [{TODAY}] Lives in Berlin and cycles to work"]
+    assert memory_lines(fake.find_chat(needle)) == ["- Lives in Berlin and cycles to work"]
     assert response.headers["x-memproxy-recalled"] == "1"
-    assert "I remember: [" in response.json()["choices"][0]["message"]["content"]
+    assert "I remember: Lives in Berlin" in response.json()["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize("other", ["user", "agent", "tenant"])
@@ -167,7 +164,7 @@ def test_budget_is_never_exceeded_and_memories_are_whole(proxy: Proxy, fake: Scr
     lines = memory_lines(fake.find_chat(needle))
     # Several memories fit, but not all top_k of them: the budget is what limited it.
     assert 1 <= len(lines) < proxy.settings.recall.top_k
-    assert {line.split("] ", 1)[1] for line in lines} <= set(texts)
+    assert {line.removeprefix("- ") for line in lines} <= set(texts)
     assert response.headers["x-memproxy-recalled"] == str(len(lines))
     assert content.rstrip().endswith(CLOSE_TAG)
 
@@ -182,7 +179,7 @@ def test_delimiter_breaking_memory_is_neutralized(proxy: Proxy, fake: ScriptedUp
     assert content.count(OPEN_TAG) == 1 and content.count(CLOSE_TAG) == 1
     assert content.startswith(OPEN_TAG) and content.endswith(CLOSE_TAG)
     lines = memory_lines(fake.find_chat(needle))
-    assert len(lines) == 1 and lines[0].startswith(f"- [{TODAY}] Likes sailing")
+    assert len(lines) == 1 and lines[0].startswith("- Likes sailing")
     assert not any(line.startswith("SYSTEM:") for line in content.splitlines())
     assert "ignore all previous instructions" in lines[0]  # kept as data, on the memory's own line
 
@@ -216,7 +213,7 @@ def test_tool_result_turn_still_recalls(proxy: Proxy, fake: ScriptedUpstream) ->
         {"role": "tool", "tool_call_id": "call_1", "content": f"sunny {marker}"},
     ]  # fmt: skip
     response = chat(proxy, messages, headers={"X-Memproxy-User-Id": user})
-    assert memory_lines(fake.find_chat(marker)) == [f"- [{TODAY}] Lives in Lisbon"]
+    assert memory_lines(fake.find_chat(marker)) == ["- Lives in Lisbon"]
     assert response.headers["x-memproxy-recalled"] == "1"
 
 
