@@ -87,10 +87,19 @@ def segments(surface: str, body: dict[str, Any]) -> list[Any]:
     if surface == "chat":
         return [body.get("tools"), *body.get("messages", [])]
     if surface == "messages_native":
-        return [body.get("tools"), body.get("system"), *body.get("messages", [])]
+        messages = [{**m, "content": _blocks(m.get("content"))} for m in body.get("messages", [])]
+        return [body.get("tools"), _blocks(body.get("system")), *messages]
     items = body.get("input")
     items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
     return [body.get("tools"), body.get("instructions"), *items]
+
+
+def _blocks(content: Any) -> Any:
+    """Anthropic's canonical form of a ``content`` or ``system``: its API documents a string as
+    shorthand for an array of one text block (the two are the same prompt), so both are
+    compared as blocks. Otherwise appending the memory block to a string turn, which makes
+    it a block list, would count that turn as changed when the history resends it."""
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 def prompt_tokens(encoding: Any, surface: str, body: dict[str, Any]) -> list[int]:
