@@ -91,15 +91,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.server.workers = args.workers
     configure_logging(settings.server)
     dump_stacks_on_sigusr1()
-    config_path = find_config_path(args.config, dict(os.environ))
     if not args.offline:
-        return run_server(settings, config_path, settings.server.workers)
+        return run_server(settings, settings.server.workers)
     if settings.server.workers > 1:
         raise ConfigError("--offline serves from one process: leave out --workers and server.workers")
     from memproxy.offline import offline_upstream
 
     with offline_upstream(settings):
-        return run_server(settings, config_path, 1)
+        return run_server(settings, 1)
 
 
 def cmd_fake_upstream(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """``memproxy serve --workers 2``: two processes on one port and one data dir.
 
 Real subprocesses (the supervisor and its workers) against the session's scripted upstream.
-What must hold: every process answers; a memory written through one is found through any;
+What must hold: each process listens on a socket of its own (``SO_REUSEPORT``), so the
+kernel spreads connections over them; every process answers; a memory written through one is found through any;
 each captured turn is extracted exactly once although both processes run a worker; after
 a forget no snapshot holds the scope's entries, whichever process had loaded it; SIGTERM stops everything with exit 0,
 and killing the supervisor takes its workers with it.
@@ -133,6 +134,60 @@ def test_two_processes_share_one_data_dir(
 
     assert server.stop(signal.SIGTERM, timeout=60) == 0
     assert not [p for p in workers if alive(p)]
+
+
+def sockets_by_pid(pids: set[int]) -> dict[int, set[int]]:
+    """Socket inodes each process holds open (Linux /proc)."""
+    found: dict[int, set[int]] = {}
+    for pid in pids:
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+        found[pid] = inodes
+    return found
+
+
+def tcp_inodes(port: int, state: str) -> list[int]:
+    """Inodes of IPv4 TCP sockets whose local port is ``port`` in ``state`` (0A listening, 01
+    established), from /proc/net/tcp."""
+    inodes = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+            inodes.append(int(fields[9]))
+    return inodes
+
+
+def test_each_worker_listens_on_its_own_socket_and_gets_connections(
+    served: tuple[ServeProcess, str, Path],
+) -> None:
+    server, url, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
+    held = sockets_by_pid(workers)
+    listening = tcp_inodes(port, "0A")
+    # Two listening sockets, one in each worker: not one socket shared (uvicorn's own --workers,
+    # where keep-alive connections pile up on whichever process accepted first).
+    assert len(listening) == 2, listening
+    assert sorted(sum(inode in held[pid] for inode in listening) for pid in workers) == [1, 1]
+
+    # 32 keep-alive connections at once, as a load generator opens them: both workers get some.
+    clients = [httpx.Client(base_url=url, timeout=10) for _ in range(32)]
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            assert all(r.status_code == 200 for r in pool.map(lambda c: c.get("/healthz"), clients))
+        established = set(tcp_inodes(port, "01"))
+        per_worker = {pid: len(established & inodes) for pid, inodes in sockets_by_pid(workers).items()}
+        assert sum(per_worker.values()) == 32, per_worker
+        assert min(per_worker.values()) >= 1, per_worker  # all on one would fail (p = 2**-31 by chance)
+    finally:
+        for client in clients:
+            client.close()
 
 
 def test_killing_the_supervisor_takes_the_workers_along(served: tuple[ServeProcess, str, Path]) -> None:

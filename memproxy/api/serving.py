@@ -57,8 +57,7 @@ def capped_http_protocol(max_header_bytes: int) -> Any:
     """uvicorn's httptools protocol with the header cap (a subclass bound to the limit), or
     ``"h11"`` when httptools is not installed.
 
-    One class per limit, reachable as ``CappedHeadersProtocol_<limit>`` on this module
-    (``__getattr__``), so pickle can pass it by reference to ``serve --workers`` processes.
+    One class per limit (cached), named ``CappedHeadersProtocol_<limit>``.
     """
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -134,13 +133,6 @@ def capped_http_protocol(max_header_bytes: int) -> Any:
     return CappedHeadersProtocol
 
 
-def __getattr__(name: str) -> Any:
-    """``CappedHeadersProtocol_<limit>``: how an unpickling worker process finds the class."""
-    if name.startswith(_PROTOCOL_PREFIX) and name[len(_PROTOCOL_PREFIX) :].isdigit():
-        return capped_http_protocol(int(name[len(_PROTOCOL_PREFIX) :]))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config`` from the server settings."""
     server = settings.server
@@ -172,8 +164,14 @@ class AnnouncingServer(uvicorn.Server):
             log.warning(self.announce.format(url=f"http://{shown}:{port}") + " (Ctrl-C to stop)")
 
 
-def serve(app: Any, settings: Settings, announce: str = "memproxy listening on {url}") -> int:
-    """Serve ``app`` until SIGTERM/SIGINT; 0 after a clean shutdown, 3 if it never started."""
-    server = AnnouncingServer(uvicorn.Config(app, **uvicorn_options(settings)), announce)
-    server.run()
+def serve(app: Any, settings: Settings, announce: str | None = "memproxy listening on {url}",
+          sockets: list[socket.socket] | None = None) -> int:  # fmt: skip
+    """Serve ``app`` until SIGTERM/SIGINT; 0 after a clean shutdown, 3 if it never started.
+
+    ``sockets``: already bound sockets to listen on instead of ``server.host``/``port`` (a
+    ``--workers`` process); ``announce=None`` says nothing once listening (its supervisor does).
+    """
+    config = uvicorn.Config(app, **uvicorn_options(settings))
+    server = uvicorn.Server(config) if announce is None else AnnouncingServer(config, announce)
+    server.run(sockets=sockets)
     return 0 if server.started else 3
