@@ -20,7 +20,9 @@ no extraction worker competes for the CPU. All memproxy servers share one seeded
 
 For each row: concurrency 1 and 32; non-stream latency and stream time-to-first-chunk
 (first body bytes for aiohttp, first chunk object for LiteLLM); p50/p95/p99 in ms and
-requests/s. Rows are interleaved in rounds so drift (CPU frequency, other load on the
+requests/s, and the share of the whole machine's CPU that was busy while the row ran
+(``machine_cpu_busy``: near 1.0, the load generator, the fake and the servers together
+used every core, so requests/s measure the machine). Rows are interleaved in rounds so drift (CPU frequency, other load on the
 machine) spreads over all of them. Printed as one JSON document with the overheads (row
 minus ``direct``), their ratios and verdicts on issue 12's targets, judged as ratios
 within this run because absolute times differ a lot between machines of this class:
@@ -323,6 +325,19 @@ class Samples:
     errors: int = 0
     first_error: str | None = None
     busy_s: float = 0.0
+    # Machine-wide CPU while this row ran (/proc/stat jiffies): busy and all, over every core.
+    cpu_busy: float = 0.0
+    cpu_all: float = 0.0
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) jiffies over every core since boot; (0, 0) where /proc/stat is missing."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 async def run_load(call: Call, total: int, concurrency: int, into: Samples) -> None:
@@ -338,9 +353,12 @@ async def run_load(call: Call, total: int, concurrency: int, into: Samples) -> N
                 into.errors += 1
                 into.first_error = into.first_error or f"{type(exc).__name__}: {exc}"[:300]
 
-    start = time.perf_counter()
+    start, (busy, every) = time.perf_counter(), machine_cpu()
     await asyncio.gather(*(worker() for _ in range(min(concurrency, total))))
     into.busy_s += time.perf_counter() - start
+    busy_after, every_after = machine_cpu()
+    into.cpu_busy += busy_after - busy
+    into.cpu_all += every_after - every
 
 
 def summarize(samples: Samples) -> dict[str, Any]:
@@ -350,6 +368,10 @@ def summarize(samples: Samples) -> dict[str, Any]:
         out.update({f"p{p}": round(float(np.percentile(ms, p)), 3) for p in PERCENTILES})
         out["mean"] = round(float(ms.mean()), 3)
         out["rps"] = round(len(ms) / samples.busy_s, 1) if samples.busy_s else None
+    if samples.cpu_all:
+        # 1.0: every core busy (load generator, fake and servers together) — the machine,
+        # not the server, bounds requests/s then.
+        out["machine_cpu_busy"] = round(samples.cpu_busy / samples.cpu_all, 3)
     if samples.first_error:
         out["first_error"] = samples.first_error
     return out
