@@ -40,11 +40,14 @@ from memproxy.proxy.budget import use_bundled_tokenizers
 from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import Recorded, ScriptedUpstream
 
-MODEL = "gpt-4o-mini"
+# "-terse": the scripted upstream's answer does not echo the memories it was given, so the
+# history a client resends has the same length whatever was recalled, as a model's answers
+# would (an echo of 4 memories added ~60 tokens to every answer of the memory runs only).
+MODEL = "gpt-4o-mini-terse"
 # An alias to Anthropic's wire (the scripted upstream's /v1/messages): what an Anthropic SDK
-# app with a Claude model sends. Plain MODEL on /v1/messages is translated by LiteLLM.
+# app with a Claude model sends. Plain MODEL on /v1/messages is translated to chat by memproxy.
 NATIVE = "claude-native"
-NATIVE_MODEL = "claude-sonnet-4-5"
+NATIVE_MODEL = "claude-sonnet-4-5-terse"
 SURFACES = ("chat", "responses", "messages", "messages_native")
 TOKEN = "sk-bench-prefix"
 TURNS = 20

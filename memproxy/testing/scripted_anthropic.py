@@ -36,7 +36,7 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
             if results and not content:
                 continue
         messages += as_messages(str(message.get("role")), content)
-    return {"messages": messages}
+    return {"model": body.get("model"), "messages": messages}
 
 
 def failure(model: str) -> Response | None:

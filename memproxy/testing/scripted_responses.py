@@ -32,7 +32,7 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
         elif "role" in item:
             role = "system" if item["role"] == "developer" else item["role"]
             messages += as_messages(role, item.get("content"))
-    return {"messages": messages}
+    return {"model": body.get("model"), "messages": messages}
 
 
 def as_messages(role: str, content: Any) -> list[dict[str, Any]]:

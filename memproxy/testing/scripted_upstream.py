@@ -9,6 +9,8 @@ concurrent tests do not step on each other:
 - ``drop``: streams two chunks, then cuts the connection
 - ``slow``: 50 ms between streamed chunks
 - ``tools``: answers with a tool call
+- ``terse``: the text answer without the memories it was given (a model's answer does not
+  grow with the memory block; ``bench/prefix_cache.py`` measures prompts built from answers)
 - anything else: a deterministic text answer (``reply_for``)
 - a model name registered in ``raw``: exactly those bytes (``RawReply``)
 
@@ -304,7 +306,7 @@ def reply_for(body: dict[str, Any]) -> str:
         if m.get("role") == "system" and MEMORY_MARKER in text:
             facts += [line[2:].strip() for line in text.splitlines() if line.startswith("- ")]
     answer = f"You said: {last_user}"
-    if facts:
+    if facts and "terse" not in str(body.get("model", "")):
         answer += " | I remember: " + "; ".join(facts)
     return answer
 

@@ -27,7 +27,7 @@ from memproxy.proxy.recall import (
     QueryEmbeddingCache,
     neutralize,
 )
-from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream
+from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream, reply_for
 from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
 
@@ -359,3 +359,11 @@ def test_small_talk_gets_no_memories_but_a_question_does(proxy: Proxy, fake: Scr
     response = chat(proxy, [{"role": "user", "content": question}], headers={"X-Memproxy-User-Id": user})
     assert response.headers["x-memproxy-recalled"] == "1"  # the cat, not the allergy
     assert "Biscuit" in str(memory_messages(fake.find_chat(question)))
+
+
+def test_scripted_answer_echoes_memories_unless_the_model_is_terse() -> None:
+    """The stand-in shows what it was given; ``terse`` answers keep one length (bench/prefix_cache.py)."""
+    block = f"{OPEN_TAG}\n- Lives in Lisbon\n{CLOSE_TAG}"
+    messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": block}]
+    assert reply_for({"model": "m", "messages": messages}) == "You said: hi | I remember: Lives in Lisbon"
+    assert reply_for({"model": "m-terse", "messages": messages}) == "You said: hi"
