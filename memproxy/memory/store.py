@@ -14,7 +14,8 @@ Invariants:
   (SQLite: WAL TRUNCATE, so no copy survives in the ``-wal`` file; Postgres: VACUUM).
   Other replicas learn of it from the change log's reset marker.
 
-The sync, composable row functions live in ``memproxy.memory.rows`` (re-exported here).
+The sync, composable row functions live in ``memproxy.memory.rows`` (re-exported here);
+search in ``memproxy.memory.search``.
 """
 
 from __future__ import annotations
@@ -34,23 +35,16 @@ from memproxy.config import Settings
 from memproxy.db import Database, open_database
 from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
-from memproxy.index import bridges
 from memproxy.index.embedder import Embedder, make_embedder
-from memproxy.index.manager import Candidates, IndexManager, latest_seq
+from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import (
     Ranking,
-    candidate_count,
-    candidate_pool,
-    cosine,
-    cosines,
     default_ranking,
-    is_small_talk,
-    relevance,
-    term_coverage,
 )
 from memproxy.memory import rows
 from memproxy.memory.guards import MemoryRefused, RefusalHook, check_text
 from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
+from memproxy.memory.search import HybridSearch
 from memproxy.scope import Scope
 from memproxy.times import parse_time
 
@@ -102,6 +96,8 @@ class MemoryStore:
         self.clock = clock
         # How search gates and scores candidates (bench/retrieval_quality.py compares others).
         self.ranking: Ranking = default_ranking(embedder.identity)
+        # Reads ``self.clock`` at each search, so a clock set later (tests) is the one used.
+        self.searcher = HybridSearch(db, embedder, index, lambda: self.clock())
         self.max_chars = max_chars
         # Told (reason, source) of every refused text; wired to metrics by ``services``.
         self.on_refused: RefusalHook | None = None
@@ -281,104 +277,14 @@ class MemoryStore:
         query_vector: npt.NDArray[np.float32] | None = None,
         gate: bool = True,
     ) -> list[tuple[Memory, float]]:
-        """Hybrid search (see ``memproxy.index.scoring``): best first, scores in [0, 1].
+        """Hybrid search (``memproxy.memory.search``): best first, scores in [0, 1].
 
         ``query_vector`` lets a caller that already embedded the query skip embedding.
         ``gate=False`` keeps candidates without evidence: context for the extractor, which
         must see what a turn could update even when the embedder cannot tell they relate.
         """
         ranking = self.ranking if gate else replace(self.ranking, gate=False)
-        if not query.strip() or top_k <= 0 or (ranking.gate and is_small_talk(query)):
-            return []
-        vector = query_vector
-        if vector is None:
-            try:
-                vector = await self._embed_one(query, query=True)
-            except Exception as exc:  # a down embedding provider must not break keyword search
-                log.warning("query embedding failed, searching lexically only: %s", exc)
-        found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
-        scored = []
-        present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
-        for num, cos in zip(present, cosines(vector, [hydrated[num][1] for num in present]), strict=True):
-            memory = hydrated[num][0]
-            score = relevance(cos, term_coverage(memory.text, found.term_idf, ranking.stems),
-                              self.embedder.floor, ranking)  # fmt: skip
-            if score is not None and score >= min_score:
-                scored.append((memory, score, fused[num]))
-        scored.sort(key=lambda item: (-item[1], -item[2]))
-        if scored and ranking.bridges:
-            scored = await self._follow_bridges(
-                scope, query, vector, found.term_idf, scored, min_score, ranking
-            )
-        if scored and ranking.relative > 0:
-            cut = scored[0][1] * ranking.relative
-            scored = [item for item in scored if item[1] >= cut]
-        return [(memory, score) for memory, score, _ in scored[:top_k]]
-
-    async def _candidates(
-        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, top_k: int
-    ) -> tuple[Candidates, list[int], dict[int, float], dict[int, tuple[Memory, bytes | None]]]:
-        """The index's candidates and their rows, in one database round trip when the index is
-        current: the change seq is read with the rows, and only if the scope changed since the
-        index last caught up is it caught up and searched again."""
-        now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
-        found = await self.index.search(scope, vector, query, count, catch_up=False)
-        for attempt in (1, 2):
-            pool, fused = candidate_pool(found.vector, found.lexical, top_k)
-
-            def read(
-                c: Connection, pool: list[int] = pool
-            ) -> tuple[dict[int, tuple[Memory, bytes | None]], int]:
-                return rows.hydrate(c, scope, pool, now, identity), latest_seq(c, scope)
-
-            hydrated, seq = await self.db.run(read)
-            if seq == found.seq or attempt == 2:
-                break
-            found = await self.index.search(scope, vector, query, count)  # caught up this time
-        return found, pool, fused, hydrated
-
-    async def _follow_bridges(
-        self,
-        scope: Scope,
-        query: str,
-        vector: npt.NDArray[np.float32] | None,
-        term_idf: dict[str, float],
-        scored: list[tuple[Memory, float, float]],
-        min_score: float,
-        ranking: Ranking,
-    ) -> list[tuple[Memory, float, float]]:
-        """Insert the memories that share a name with a top result right after that result."""
-        sources = [item for item in scored[: bridges.SOURCES] if item[1] >= bridges.MIN_SOURCE_SCORE]
-        if not sources:
-            return scored
-        followed = await self.index.follow_bridges(
-            scope, query, [memory.text for memory, _, _ in sources], bridges.PER_SOURCE
-        )
-        ahead = {memory.num for memory, _, _ in scored[: bridges.SOURCES]}
-        children: dict[int, list[int]] = {}  # source num -> bridged nums, first source wins
-        for (source, _, _), nums in zip(sources, followed, strict=True):
-            children[source.num] = [num for num in nums if num not in ahead]
-            ahead.update(children[source.num])
-        moved = {num for nums in children.values() for num in nums}
-        if not moved:
-            return scored
-        now, identity = self.clock(), self.embedder.identity
-        hydrated = await self.db.run(lambda c: rows.hydrate(c, scope, moved, now, identity))
-        ordered: list[tuple[Memory, float, float]] = []
-        for memory, score, fused in scored:
-            if memory.num in moved:
-                continue  # moved up behind its source
-            ordered.append((memory, score, fused))
-            bridged = []
-            for num in children.get(memory.num, []):
-                if num not in hydrated:
-                    continue
-                child, blob = hydrated[num]
-                own = relevance(cosine(vector, blob), term_coverage(child.text, term_idf, ranking.stems),
-                                self.embedder.floor, ranking)  # fmt: skip
-                bridged.append((child, bridges.bridged_score(score, own), 0.0))
-            ordered += sorted((item for item in bridged if item[1] >= min_score), key=lambda item: -item[1])
-        return ordered
+        return await self.searcher.run(scope, query, top_k, min_score, ranking, query_vector)
 
     async def stale_count(self) -> int:
         identity = self.embedder.identity

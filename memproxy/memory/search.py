@@ -1,0 +1,156 @@
+"""Hybrid search over one scope: the index's candidates, their rows, scores and the second hop.
+
+Invariants:
+- Candidates come from the scope's index (FAISS and BM25, ``memproxy.index.manager``); what
+  is returned is what the database holds now: rows are read (hydrated) in the same round
+  trip as the scope's change seq, and if the index was behind that seq it catches up and
+  the search runs again, so a memory deleted or changed elsewhere is never returned stale.
+- Scores are ``memproxy.index.scoring.relevance`` of the exact cosine (from the stored
+  vector, not the index's) and the query's term coverage; with ``ranking.gate`` nothing
+  without lexical or semantic evidence is returned, and small talk returns nothing.
+- The second hop (``memproxy.index.bridges``) only inserts memories behind the result that
+  led to them, never above it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from memproxy.db import Database
+from memproxy.engine import Connection
+from memproxy.index import bridges
+from memproxy.index.embedder import Embedder
+from memproxy.index.manager import Candidates, IndexManager, latest_seq
+from memproxy.index.scoring import (
+    Ranking,
+    candidate_count,
+    candidate_pool,
+    cosine,
+    cosines,
+    is_small_talk,
+    relevance,
+    term_coverage,
+)
+from memproxy.memory import rows
+from memproxy.memory.rows import Memory
+from memproxy.scope import Scope
+
+log = logging.getLogger(__name__)
+
+
+class HybridSearch:
+    def __init__(
+        self, db: Database, embedder: Embedder, index: IndexManager, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.index = index
+        self.clock = clock
+
+    async def run(
+        self,
+        scope: Scope,
+        query: str,
+        top_k: int,
+        min_score: float,
+        ranking: Ranking,
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> list[tuple[Memory, float]]:
+        """Best first, scores in [0, 1]; ``query_vector`` skips embedding the query."""
+        if not query.strip() or top_k <= 0 or (ranking.gate and is_small_talk(query)):
+            return []
+        vector = query_vector
+        if vector is None:
+            try:
+                vectors = await self.embedder.embed([query], query=True)
+                vector = np.asarray(vectors[0], dtype=np.float32)
+            except Exception as exc:  # a down embedding provider must not break keyword search
+                log.warning("query embedding failed, searching lexically only: %s", exc)
+        found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
+        scored = []
+        present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
+        for num, cos in zip(present, cosines(vector, [hydrated[num][1] for num in present]), strict=True):
+            memory = hydrated[num][0]
+            score = relevance(cos, term_coverage(memory.text, found.term_idf, ranking.stems),
+                              self.embedder.floor, ranking)  # fmt: skip
+            if score is not None and score >= min_score:
+                scored.append((memory, score, fused[num]))
+        scored.sort(key=lambda item: (-item[1], -item[2]))
+        if scored and ranking.bridges:
+            scored = await self._follow_bridges(
+                scope, query, vector, found.term_idf, scored, min_score, ranking
+            )
+        if scored and ranking.relative > 0:
+            cut = scored[0][1] * ranking.relative
+            scored = [item for item in scored if item[1] >= cut]
+        return [(memory, score) for memory, score, _ in scored[:top_k]]
+
+    async def _candidates(
+        self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, top_k: int
+    ) -> tuple[Candidates, list[int], dict[int, float], dict[int, tuple[Memory, bytes | None]]]:
+        """The index's candidates and their rows, in one database round trip when the index is
+        current: the change seq is read with the rows, and only if the scope changed since the
+        index last caught up is it caught up and searched again."""
+        now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
+        found = await self.index.search(scope, vector, query, count, catch_up=False)
+        for attempt in (1, 2):
+            pool, fused = candidate_pool(found.vector, found.lexical, top_k)
+
+            def read(
+                c: Connection, pool: list[int] = pool
+            ) -> tuple[dict[int, tuple[Memory, bytes | None]], int]:
+                return rows.hydrate(c, scope, pool, now, identity), latest_seq(c, scope)
+
+            hydrated, seq = await self.db.run(read)
+            if seq == found.seq or attempt == 2:
+                break
+            found = await self.index.search(scope, vector, query, count)  # caught up this time
+        return found, pool, fused, hydrated
+
+    async def _follow_bridges(
+        self,
+        scope: Scope,
+        query: str,
+        vector: npt.NDArray[np.float32] | None,
+        term_idf: dict[str, float],
+        scored: list[tuple[Memory, float, float]],
+        min_score: float,
+        ranking: Ranking,
+    ) -> list[tuple[Memory, float, float]]:
+        """Insert the memories that share a name with a top result right after that result."""
+        sources = [item for item in scored[: bridges.SOURCES] if item[1] >= bridges.MIN_SOURCE_SCORE]
+        if not sources:
+            return scored
+        followed = await self.index.follow_bridges(
+            scope, query, [memory.text for memory, _, _ in sources], bridges.PER_SOURCE
+        )
+        ahead = {memory.num for memory, _, _ in scored[: bridges.SOURCES]}
+        children: dict[int, list[int]] = {}  # source num -> bridged nums, first source wins
+        for (source, _, _), nums in zip(sources, followed, strict=True):
+            children[source.num] = [num for num in nums if num not in ahead]
+            ahead.update(children[source.num])
+        moved = {num for nums in children.values() for num in nums}
+        if not moved:
+            return scored
+        now, identity = self.clock(), self.embedder.identity
+        hydrated = await self.db.run(lambda c: rows.hydrate(c, scope, moved, now, identity))
+        ordered: list[tuple[Memory, float, float]] = []
+        for memory, score, fused in scored:
+            if memory.num in moved:
+                continue  # moved up behind its source
+            ordered.append((memory, score, fused))
+            bridged = []
+            for num in children.get(memory.num, []):
+                if num not in hydrated:
+                    continue
+                child, blob = hydrated[num]
+                own = relevance(cosine(vector, blob), term_coverage(child.text, term_idf, ranking.stems),
+                                self.embedder.floor, ranking)  # fmt: skip
+                bridged.append((child, bridges.bridged_score(score, own), 0.0))
+            ordered += sorted((item for item in bridged if item[1] >= min_score), key=lambda item: -item[1])
+        return ordered
