@@ -40,9 +40,16 @@ import numpy.typing as npt
 
 from memproxy.config import IndexSettings
 from memproxy.db import RESET_MARKER_NUM
-from memproxy.engine import Connection
 from memproxy.index import snapshot as snapshot_file
 from memproxy.index.bridges import bridge_terms, capitalized_terms
+from memproxy.index.changelog import (
+    Row,
+    blob_vectors,
+    max_seq,
+    read_changes,
+    read_scope_rows,
+    resets_after,
+)
 from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.snapshot import SnapshotError
@@ -84,81 +91,6 @@ class Candidates:
     lexical: list[tuple[int, float]]  # (num, BM25), best first
     term_idf: dict[str, float]  # IDF of the query terms known to the scope
     seq: int = 0  # the change seq the index reflected when it was searched
-
-
-@dataclass
-class _Row:
-    num: int
-    text: str | None  # None: the memory no longer exists
-    embedding: bytes | None
-
-
-def _read_scope_rows(conn: Connection, scope: Scope, identity: str) -> tuple[int, list[_Row]]:
-    """All rows of a scope plus the change seq they reflect, in one consistent read."""
-    with conn.read_snapshot():
-        seq = _max_seq(conn, scope)
-        rows = conn.execute(
-            "SELECT num, text, CASE WHEN embed_model = ? THEN embedding END FROM memories "
-            "WHERE tenant = ? AND scope_key = ? ORDER BY num",
-            (identity, scope.tenant, scope.key),
-        ).fetchall()
-    return seq, [_Row(r[0], r[1], _bytes(r[2])) for r in rows]
-
-
-def _read_changes(conn: Connection, scope: Scope, after: int, identity: str) -> tuple[int, list[_Row]]:
-    """Current state of every memory changed after ``after`` (last change per num wins).
-
-    A row with num ``RESET_MARKER_NUM`` means the scope was forgotten meanwhile.
-    """
-    with conn.read_snapshot():
-        rows = conn.execute(
-            "SELECT c.memory_num, c.seq, m.text, CASE WHEN m.embed_model = ? THEN m.embedding END "
-            "FROM (SELECT memory_num, max(seq) AS seq FROM changes "
-            "      WHERE tenant = ? AND scope_key = ? AND seq > ? GROUP BY memory_num) c "
-            "LEFT JOIN memories m ON m.num = c.memory_num AND m.tenant = ? AND m.scope_key = ?",
-            (identity, scope.tenant, scope.key, after, scope.tenant, scope.key),
-        ).fetchall()
-    seq = max((int(r[1]) for r in rows), default=after)
-    return seq, [_Row(r[0], r[2], _bytes(r[3])) for r in rows]
-
-
-def _resets_after(conn: Connection, after: int) -> list[tuple[str, int]]:
-    """(scope_key, seq) of each scope forgotten after change ``after`` (its newest marker)."""
-    rows = conn.execute(
-        # The marker as a literal, so the partial index ``changes_resets`` serves this query.
-        f"SELECT scope_key, max(seq) FROM changes WHERE memory_num = {RESET_MARKER_NUM} AND seq > ? "
-        "GROUP BY scope_key",
-        (after,),
-    ).fetchall()
-    return [(str(r[0]), int(r[1])) for r in rows]
-
-
-def _bytes(blob: bytes | memoryview | None) -> bytes | None:
-    # Postgres hands BYTEA back as bytes or memoryview depending on the path; SQLite as bytes.
-    return None if blob is None else bytes(blob)
-
-
-def latest_seq(conn: Connection, scope: Scope) -> int:
-    """The scope's newest change seq (what a caught-up index reflects)."""
-    return _max_seq(conn, scope)
-
-
-def _max_seq(conn: Connection, scope: Scope) -> int:
-    # ORDER BY … DESC LIMIT 1 rather than max(): one backward seek in changes_scope_seq on both
-    # engines, whatever Postgres's statistics say (with none yet it would scan the scope's rows).
-    row = conn.execute(
-        "SELECT seq FROM changes WHERE tenant = ? AND scope_key = ? ORDER BY seq DESC LIMIT 1",
-        (scope.tenant, scope.key),
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def _blob_vectors(rows: list[_Row], dim: int) -> tuple[list[int], npt.NDArray[np.float32]]:
-    usable = [r for r in rows if r.embedding is not None and len(r.embedding) == dim * 4]
-    if not usable:
-        return [], np.zeros((0, dim), dtype=np.float32)
-    matrix = np.frombuffer(b"".join(r.embedding for r in usable if r.embedding), dtype=np.float32)
-    return [r.num for r in usable], matrix.reshape(len(usable), dim)
 
 
 class IndexManager:
@@ -288,7 +220,7 @@ class IndexManager:
         memory stays on this replica's disk. A snapshot written after the forget is kept.
         Returns how many scopes were dropped."""
         after = self._resets_seen
-        resets = await self.db.run(lambda c: _resets_after(c, after))
+        resets = await self.db.run(lambda c: resets_after(c, after))
         dropped = 0
         for scope_key, seq in resets:
             self._resets_seen = max(self._resets_seen, seq)
@@ -346,7 +278,7 @@ class IndexManager:
             reason = "no snapshot"
         except (SnapshotError, ValueError, OSError, RuntimeError, KeyError) as exc:
             reason = f"unusable snapshot ({exc})"
-        seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
+        seq, rows = await self.db.run(lambda c: read_scope_rows(c, scope, self.identity))
         entry = await asyncio.to_thread(self._build, scope, seq, rows)
         # A scope without memories or snapshot is simply new: not worth an INFO line.
         level = logging.DEBUG if not rows and reason == "no snapshot" else logging.INFO
@@ -356,19 +288,19 @@ class IndexManager:
         )  # fmt: skip
         return entry
 
-    def _dim(self, rows: list[_Row]) -> int:
+    def _dim(self, rows: list[Row]) -> int:
         if self.embedder.dim:
             return self.embedder.dim
         return next((len(r.embedding) // 4 for r in rows if r.embedding), 0)
 
-    def _build(self, scope: Scope, seq: int, rows: list[_Row]) -> LoadedScope:
+    def _build(self, scope: Scope, seq: int, rows: list[Row]) -> LoadedScope:
         lexical = LexicalIndex()
         for row in rows:
             lexical.add(row.num, row.text or "")
         dim = self._dim(rows)
         vectors = None
         if dim:
-            nums, matrix = _blob_vectors(rows, dim)
+            nums, matrix = blob_vectors(rows, dim)
             vectors = VectorSet(dim, hnsw=len(nums) > self.settings.hnsw_threshold)
             vectors.add(nums, matrix)
         return LoadedScope(scope, lexical, vectors, seq)
@@ -376,10 +308,10 @@ class IndexManager:
     async def _catch_up(self, entry: LoadedScope) -> None:
         """Replay changes after ``entry.seq``; caller holds ``entry.lock``."""
         scope = entry.scope
-        latest = await self.db.run(lambda c: _max_seq(c, scope))
+        latest = await self.db.run(lambda c: max_seq(c, scope))
         if latest == entry.seq:
             return
-        seq, rows = await self.db.run(lambda c: _read_changes(c, scope, entry.seq, self.identity))
+        seq, rows = await self.db.run(lambda c: read_changes(c, scope, entry.seq, self.identity))
         if latest < entry.seq or any(r.num == RESET_MARKER_NUM for r in rows):
             await self._reset(entry)
             return
@@ -392,14 +324,14 @@ class IndexManager:
     async def _reset(self, entry: LoadedScope) -> None:
         """The scope was forgotten elsewhere: rebuild from the database, drop the old snapshot."""
         scope = entry.scope
-        seq, rows = await self.db.run(lambda c: _read_scope_rows(c, scope, self.identity))
+        seq, rows = await self.db.run(lambda c: read_scope_rows(c, scope, self.identity))
         fresh = await asyncio.to_thread(self._build, scope, seq, rows)
         entry.lexical, entry.vectors, entry.seq = fresh.lexical, fresh.vectors, seq
         entry.snapshot_seq = -1
         await asyncio.to_thread(self._delete_files, scope.key)
         log.info("scope %s was forgotten elsewhere; index rebuilt", scope.key[:12])
 
-    def _apply(self, entry: LoadedScope, rows: list[_Row]) -> None:
+    def _apply(self, entry: LoadedScope, rows: list[Row]) -> None:
         for row in rows:
             if row.text is None:
                 entry.lexical.remove(row.num)
@@ -412,7 +344,7 @@ class IndexManager:
             entry.vectors = VectorSet(dim)
         for row in rows:
             entry.vectors.remove(row.num)  # gone, or re-embedded by another embedder
-        nums, matrix = _blob_vectors(rows, dim)
+        nums, matrix = blob_vectors(rows, dim)
         entry.vectors.add(nums, matrix)
         wants_hnsw = len(entry.vectors) > self.settings.hnsw_threshold
         if entry.vectors.needs_compaction() or wants_hnsw != entry.vectors.hnsw:

@@ -24,8 +24,9 @@ import numpy.typing as npt
 from memproxy.db import Database
 from memproxy.engine import Connection
 from memproxy.index import bridges
+from memproxy.index.changelog import latest_seq
 from memproxy.index.embedder import Embedder
-from memproxy.index.manager import Candidates, IndexManager, latest_seq
+from memproxy.index.manager import Candidates, IndexManager
 from memproxy.index.scoring import (
     Ranking,
     candidate_count,
