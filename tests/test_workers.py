@@ -169,11 +169,13 @@ def test_each_worker_listens_on_its_own_socket_and_gets_connections(
     server, url, _ = served
     port = int(url.rsplit(":", 1)[1])
     workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
-    held = sockets_by_pid(workers)
-    listening = tcp_inodes(port, "0A")
-    # Two listening sockets, one in each worker: not one socket shared (uvicorn's own --workers,
-    # where keep-alive connections pile up on whichever process accepted first).
+    # Ready means one worker answered; the other may still be starting (it listens once its
+    # app has started). Two listening sockets, one in each worker: not one socket shared
+    # (uvicorn's own --workers, where keep-alive connections pile up on whichever process
+    # accepted first).
+    listening = wait_until(lambda: tcp_inodes(port, "0A") if len(tcp_inodes(port, "0A")) >= 2 else None, 120)
     assert len(listening) == 2, listening
+    held = sockets_by_pid(workers)
     assert sorted(sum(inode in held[pid] for inode in listening) for pid in workers) == [1, 1]
 
     # 32 keep-alive connections at once, as a load generator opens them: both workers get some.
