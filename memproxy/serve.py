@@ -146,7 +146,6 @@ class Supervisor:
 def worker_main(settings: Settings, port: int) -> None:
     """One worker process: its own ``SO_REUSEPORT`` socket on ``port``, the full app."""
     _die_with_supervisor()
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # see run_server
     from memproxy.api.access_log import configure_logging
 
     configure_logging(settings.server)
@@ -159,6 +158,9 @@ def worker_main(settings: Settings, port: int) -> None:
     except Exception:
         log.exception("worker failed to start")
         sys.exit(STARTUP_FAILURE)
+    # From here uvicorn handles SIGTERM (gracefully) and re-raises it once shut down, which this
+    # no-op absorbs (see run_server). Before, SIGTERM's default ends a worker still starting.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     sys.exit(serve(app, settings, announce=None, sockets=[sock]))
 
 
