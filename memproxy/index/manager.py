@@ -52,6 +52,7 @@ from memproxy.index.changelog import (
 )
 from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
+from memproxy.index.rowcache import RowCache
 from memproxy.index.snapshot import SnapshotError
 from memproxy.index.vectors import VectorSet
 from memproxy.scope import Scope
@@ -75,6 +76,8 @@ class LoadedScope:
     snapshot_seq: int = -1
     dropped: bool = False  # forgotten: must never be written to disk again
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    rows: RowCache = field(default_factory=RowCache)  # rows as of ``seq`` (``memproxy.index.rowcache``)
+    epoch: int = 0  # bumped by a reset: a seq means the same state only within one epoch
 
     @property
     def dirty(self) -> bool:
@@ -91,6 +94,8 @@ class Candidates:
     lexical: list[tuple[int, float]]  # (num, BM25), best first
     term_idf: dict[str, float]  # IDF of the query terms known to the scope
     seq: int = 0  # the change seq the index reflected when it was searched
+    rows: dict[int, object] = field(default_factory=dict)  # cached rows of hit nums, as of ``seq``
+    epoch: int = 0
 
 
 class IndexManager:
@@ -144,8 +149,18 @@ class IndexManager:
                     vec_hits = vectors.search(vector, k)
             lex_hits = entry.lexical.search(query, k)
             term_idf = entry.lexical.term_idf(query)
-            seq = entry.seq
-        return Candidates(vec_hits, lex_hits, term_idf, seq)
+            cached = entry.rows.pick([num for num, _ in vec_hits] + [num for num, _ in lex_hits])
+            return Candidates(vec_hits, lex_hits, term_idf, entry.seq, cached, entry.epoch)
+
+    def remember_rows(self, scope: Scope, found: Candidates, seq: int, rows: dict[int, object]) -> None:
+        """Cache rows read at change ``seq`` for a search that returned ``found``, if they are
+        exactly what the index reflects now (same seq and epoch, and no catch-up under way,
+        which could be dropping these nums in a thread); otherwise they are not kept."""
+        entry = self._scopes.get(scope.key)
+        if (entry is None or entry.dropped or entry.lock.locked() or entry.epoch != found.epoch
+                or not entry.seq == seq == found.seq):  # fmt: skip
+            return
+        entry.rows.put(rows)
 
     async def follow_bridges(self, scope: Scope, query: str, sources: list[str], k: int) -> list[list[int]]:
         """For each source text, up to ``k`` nums sharing its bridge terms (``memproxy.index.bridges``).
@@ -210,6 +225,7 @@ class IndexManager:
             async with entry.lock:
                 entry.dropped = True
                 entry.vectors, entry.lexical = None, LexicalIndex()
+                entry.rows.clear()
                 await asyncio.to_thread(self._delete_files, key)
         else:
             await asyncio.to_thread(self._delete_files, key)
@@ -327,11 +343,14 @@ class IndexManager:
         seq, rows = await self.db.run(lambda c: read_scope_rows(c, scope, self.identity))
         fresh = await asyncio.to_thread(self._build, scope, seq, rows)
         entry.lexical, entry.vectors, entry.seq = fresh.lexical, fresh.vectors, seq
+        entry.rows.clear()
+        entry.epoch += 1
         entry.snapshot_seq = -1
         await asyncio.to_thread(self._delete_files, scope.key)
         log.info("scope %s was forgotten elsewhere; index rebuilt", scope.key[:12])
 
     def _apply(self, entry: LoadedScope, rows: list[Row]) -> None:
+        entry.rows.drop(row.num for row in rows)
         for row in rows:
             if row.text is None:
                 entry.lexical.remove(row.num)

@@ -2,9 +2,11 @@
 
 Invariants:
 - Candidates come from the scope's index (FAISS and BM25, ``memproxy.index.manager``); what
-  is returned is what the database holds now: rows are read (hydrated) in the same round
-  trip as the scope's change seq, and if the index was behind that seq it catches up and
-  the search runs again, so a memory deleted or changed elsewhere is never returned stale.
+  is returned is what the database holds now: the scope's change seq is read in every
+  search, rows come from the index entry's row cache (valid as of the seq the index
+  reflects, ``memproxy.index.rowcache``) or are read in one snapshot with that seq, and if
+  the index was behind it catches up and the search runs again, so a memory deleted or
+  changed elsewhere is never returned stale.
 - Scores are ``memproxy.index.scoring.relevance`` of the exact cosine (from the stored
   vector, not the index's) and the query's term coverage; with ``ranking.gate`` nothing
   without lexical or semantic evidence is returned, and small talk returns nothing.
@@ -14,9 +16,11 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +46,8 @@ from memproxy.memory.rows import Memory
 from memproxy.scope import Scope
 
 log = logging.getLogger(__name__)
+
+Hydrated = dict[int, tuple[Memory, bytes | None]]  # num -> (visible row, vector blob)
 
 
 class HybridSearch:
@@ -93,25 +99,42 @@ class HybridSearch:
 
     async def _candidates(
         self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, top_k: int
-    ) -> tuple[Candidates, list[int], dict[int, float], dict[int, tuple[Memory, bytes | None]]]:
-        """The index's candidates and their rows, in one database round trip when the index is
-        current: the change seq is read with the rows, and only if the scope changed since the
-        index last caught up is it caught up and searched again."""
+    ) -> tuple[Candidates, list[int], dict[int, float], Hydrated]:
+        """The index's candidates and their rows, as the database holds them now.
+
+        The scope's change seq is read on the database's thread while the index is searched;
+        when it equals the seq the index reflects and every candidate's row is in the index
+        entry's row cache, that read is the search's only round trip. Otherwise the missing
+        rows are read with the seq in one snapshot (after a catch-up if the index was behind)."""
         now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
-        found = await self.index.search(scope, vector, query, count, catch_up=False)
-        for attempt in (1, 2):
+        seq_read = asyncio.ensure_future(self.db.run(lambda c: latest_seq(c, scope)))
+        await asyncio.sleep(0)  # the read reaches the database thread before the search holds the loop
+        try:
+            found = await self.index.search(scope, vector, query, count, catch_up=False)
+            seq = await seq_read
+        except BaseException:
+            seq_read.cancel()
+            raise
+        pool, fused = candidate_pool(found.vector, found.lexical, top_k)
+        cached, missing = _split_cached(found, pool, now)
+        if seq == found.seq and not missing:
+            return found, pool, fused, cached
+        if seq != found.seq:  # changed since the index last caught up: catch up, search again
+            found = await self.index.search(scope, vector, query, count)
             pool, fused = candidate_pool(found.vector, found.lexical, top_k)
+            cached, missing = _split_cached(found, pool, now)
 
-            def read(
-                c: Connection, pool: list[int] = pool
-            ) -> tuple[dict[int, tuple[Memory, bytes | None]], int]:
-                return rows.hydrate(c, scope, pool, now, identity), latest_seq(c, scope)
+        def read(c: Connection, nums: list[int]) -> tuple[Hydrated, int]:
+            with c.read_snapshot():
+                return rows.hydrate(c, scope, nums, now, identity), latest_seq(c, scope)
 
-            hydrated, seq = await self.db.run(read)
-            if seq == found.seq or attempt == 2:
-                break
-            found = await self.index.search(scope, vector, query, count)  # caught up this time
-        return found, pool, fused, hydrated
+        fresh, seq = await self.db.run(lambda c: read(c, missing))
+        if seq == found.seq:
+            self.index.remember_rows(scope, found, seq, {num: fresh.get(num) for num in missing})
+            return found, pool, fused, {**cached, **fresh}
+        # Changed again meanwhile: no cached row can be trusted; read the whole pool as it is now.
+        fresh, _ = await self.db.run(lambda c: read(c, pool))
+        return found, pool, fused, fresh
 
     async def _follow_bridges(
         self,
@@ -155,3 +178,17 @@ class HybridSearch:
                 bridged.append((child, bridges.bridged_score(score, own), 0.0))
             ordered += sorted((item for item in bridged if item[1] >= min_score), key=lambda item: -item[1])
         return ordered
+
+
+def _split_cached(found: Candidates, pool: list[int], now: float) -> tuple[Hydrated, list[int]]:
+    """The pool's cached rows that are still visible (unexpired), and the nums not cached."""
+    cached: Hydrated = {}
+    missing: list[int] = []
+    for num in pool:
+        if num not in found.rows:
+            missing.append(num)
+            continue
+        row = cast(tuple[Memory, bytes | None] | None, found.rows[num])
+        if row is not None and (row[0].expires_at is None or row[0].expires_at > now):
+            cached[num] = row
+    return cached, missing

@@ -102,9 +102,13 @@ def fit_to_budget(memories: list[Memory], max_tokens: int, count: Callable[[str]
 
     Memories are taken best first; one that does not fit is dropped whole and smaller,
     lower-ranked ones may still fill the room. Per-line counts are an estimate (a
-    tokenizer may merge across a newline), so the final text is counted exactly and
-    trimmed from the bottom until it fits. ``line_cost``/``wrapper_cost`` may supply
-    (cached) renderings and counts; by default they are computed here.
+    tokenizer could merge across a newline), so when the estimate comes within one token
+    per line of the budget the final text is counted exactly and trimmed from the bottom
+    until it fits. (Every line starts with "-" and ends with a newline, where tiktoken's
+    pre-tokenizer always splits, so the estimate is in practice exact; the slack is a
+    margin, and skipping the exact count saves a tokenizer pass per request.)
+    ``line_cost``/``wrapper_cost`` may supply (cached) renderings and counts; by default
+    they are computed here.
     """
     used = count(render([])) if wrapper_cost is None else wrapper_cost
     if used > max_tokens:
@@ -120,6 +124,8 @@ def fit_to_budget(memories: list[Memory], max_tokens: int, count: Callable[[str]
             lines.append(line)
             used += cost
     text = render(lines)
+    if used + len(lines) + 1 <= max_tokens:
+        return (text, len(lines)) if lines else ("", 0)
     while lines and count(text) > max_tokens:
         lines.pop()
         text = render(lines)

@@ -233,7 +233,7 @@ class CountingDatabase(Database):
         return await super().run(fn)
 
 
-def test_a_search_of_an_unchanged_scope_is_one_database_round_trip(tmp_path: Path) -> None:
+def test_a_search_of_an_unchanged_scope_reads_only_rows_it_has_not_read(tmp_path: Path) -> None:
     async def body() -> None:
         db = CountingDatabase(tmp_path / DB_NAME)
         await db.open()
@@ -244,16 +244,45 @@ def test_a_search_of_an_unchanged_scope_is_one_database_round_trip(tmp_path: Pat
         await _fill(store, 30)
         await store.search(SCOPE, "guitar")
         db.calls = 0
-        assert await store.search(SCOPE, "guitar lessons")
-        assert db.calls == 1  # rows and the change seq in one read: nothing to catch up
+        first = await store.search(SCOPE, "guitar lessons")
+        assert first and db.calls == 2  # the change seq (beside the index search), then new rows
+        db.calls = 0
+        assert await store.search(SCOPE, "guitar lessons") == first
+        assert db.calls == 1  # every row cached as of the index's seq: only the seq is read
         other = Database(tmp_path / DB_NAME)
         await other.open()
         await MemoryStore(other, HashEmbedder(256), IndexManager(
             other, tmp_path / "other", HashEmbedder(256), IndexSettings())).add(SCOPE, "Guitar strings are nylon")  # fmt: skip
         db.calls = 0
         assert "Guitar strings are nylon" in [m.text for m, _ in await store.search(SCOPE, "guitar strings")]
-        assert db.calls > 1  # the scope changed elsewhere: caught up, then searched again
+        assert db.calls > 2  # the scope changed elsewhere: caught up, then searched again
         await other.close()
         await db.close()
+
+    asyncio.run(body())
+
+
+def test_a_cached_row_changed_or_deleted_by_another_process_is_not_served(tmp_path: Path) -> None:
+    """Rows cached beside the index are dropped when the change log says their memory
+    changed: an update or delete made through another process shows on the next search."""
+
+    async def body() -> None:
+        async with open_store(tmp_path) as store:
+            await _fill(store, 30)
+            kept = await store.add(SCOPE, "The spare key is under the blue flowerpot")
+            gone = await store.add(SCOPE, "The spare bike lock code is 4411")
+            for _ in range(2):  # the second search is served from the row cache
+                found = {m.id: m.text for m, _ in await store.search(SCOPE, "spare key bike lock")}
+                assert kept.id in found and gone.id in found
+            other = Database(tmp_path / DB_NAME)
+            await other.open()
+            other_store = MemoryStore(other, HashEmbedder(256), IndexManager(
+                other, tmp_path / "other", HashEmbedder(256), IndexSettings()))  # fmt: skip
+            await other_store.update(SCOPE.tenant, kept.id, text="The spare key is under the red flowerpot")
+            await other_store.delete(SCOPE.tenant, gone.id)
+            await other.close()
+            found = {m.id: m.text for m, _ in await store.search(SCOPE, "spare key bike lock")}
+            assert found.get(kept.id) == "The spare key is under the red flowerpot"
+            assert gone.id not in found
 
     asyncio.run(body())

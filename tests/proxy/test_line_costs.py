@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 import tiktoken
 
 from memproxy.memory.rows import Memory
 from memproxy.proxy.budget import count_tokens, use_bundled_tokenizers
-from memproxy.proxy.recall import LineCosts, fit_to_budget
+from memproxy.proxy.recall import LineCosts, fit_to_budget, render
 
 
 def memory(n: int, text: str, at: float = 1_700_000_000.0) -> Memory:
@@ -47,3 +48,24 @@ def test_lines_carry_their_day_only_with_dates() -> None:
     assert dated.splitlines()[2:] == ["- [2023-11-14] Moved to Oslo", "</memories>"]
     # The default block is the cheaper one: the day costs tokens on every request.
     assert count_tokens(encoding, plain) < count_tokens(encoding, dated)
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_the_per_line_estimate_is_the_exact_count(name: str) -> None:
+    """Why ``fit_to_budget`` may skip the exact count far from the budget: the block's tokens
+    are the wrapper's plus each line's, whatever the lines hold (punctuation, digits, other
+    scripts, trailing symbols, emoji), because every line is "- …" + newline."""
+    use_bundled_tokenizers()
+    encoding = tiktoken.get_encoding(name)
+    rng = random.Random(7)
+    pieces = (
+        "Oslo likes 3.5 kg ! ? . : ) ( “quoted” naïve 東京 🙂 -- / #12 's x <b> </memories> Ünïcode …".split()
+    )
+    pieces += ["  ", "\t", "\n"]
+    costs = LineCosts()
+    for _ in range(200):
+        found = [memory(i, "".join(rng.choice(pieces) + rng.choice(["", " "]) for _ in range(rng.randint(1, 12))))
+                 for i in range(rng.randint(1, 8))]  # fmt: skip
+        lines = [costs.line(encoding, m) for m in found]
+        text = render([line for line, _ in lines])
+        assert count_tokens(encoding, text) == costs.wrapper(encoding) + sum(cost for _, cost in lines), text
