@@ -54,7 +54,7 @@ from memproxy.index.embedder import Embedder
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.rowcache import RowCache
 from memproxy.index.snapshot import SnapshotError
-from memproxy.index.vectors import VectorSet
+from memproxy.index.vectors import VectorSet, new_index
 from memproxy.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -392,8 +392,10 @@ class IndexManager:
             arrays["vec_nums"] = vectors.nums
             if vectors.hnsw:  # the graph is costly to rebuild: keep FAISS's own encoding
                 arrays["faiss"] = faiss.serialize_index(vectors.index)
-            else:  # raw rows load with one memcpy
-                arrays["vectors"] = vectors.index.reconstruct_n(0, vectors.total).reshape(-1, dim)
+            else:  # the fp16 rows, exactly as the scan holds them
+                arrays["vectors"] = (
+                    vectors.index.reconstruct_n(0, vectors.total).reshape(-1, dim).astype(np.float16)
+                )
         header = {"identity": self.identity, "dim": dim, "kind": kind, "seq": entry.seq,
                   "scope_key": entry.scope.key}  # fmt: skip
         return snapshot_file.encode(header, arrays)
@@ -421,7 +423,7 @@ class IndexManager:
             index = faiss.deserialize_index(np.array(arrays["faiss"]))
             vectors = VectorSet(dim, True, index, arrays["vec_nums"])
         elif header["kind"] == "flat":
-            index = faiss.IndexFlatIP(dim)
+            index = new_index(dim, hnsw=False)  # fp16 codes; older snapshots hold float32 rows
             index.add(np.ascontiguousarray(arrays["vectors"], dtype=np.float32).reshape(-1, dim))
             vectors = VectorSet(dim, False, index, arrays["vec_nums"])
         lexical = LexicalIndex.from_arrays(arrays)

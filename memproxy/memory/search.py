@@ -8,7 +8,7 @@ Invariants:
   the index was behind it catches up and the search runs again, so a memory deleted or
   changed elsewhere is never returned stale.
 - Scores are ``memproxy.index.scoring.relevance`` of the exact cosine (from the stored
-  vector, not the index's) and the query's term coverage; with ``ranking.gate`` nothing
+  float32 vector, not the index's, which scans fp16 copies) and the query's term coverage; with ``ranking.gate`` nothing
   without lexical or semantic evidence is returned, and small talk returns nothing.
 - The second hop (``memproxy.index.bridges``) only inserts memories behind the result that
   led to them, never above it.

@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memproxy.config import IndexSettings
 from memproxy.db import SqliteDatabase as Database
 from memproxy.engine import SqliteConnection
+from memproxy.index import snapshot as snapshot_file
 from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import delete_memory, insert_memory
@@ -55,6 +57,30 @@ def test_snapshot_round_trip_gives_identical_results(
             before = await _results(store)
         snapshot = tmp_path / "index" / f"{SCOPE.key}.faiss"
         assert snapshot.exists() and "user-1" not in str(snapshot)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="memproxy.index.manager"):
+            async with open_store(tmp_path) as store:
+                assert await _results(store) == before
+        assert "rebuilt" not in caplog.text
+
+    asyncio.run(body())
+
+
+def test_snapshots_hold_fp16_rows_and_float32_ones_still_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scan holds fp16 codes, so snapshots store fp16 rows (half the bytes); a snapshot
+    written before that, with float32 rows, still loads as it is and searches the same."""
+
+    async def body() -> None:
+        async with open_store(tmp_path) as store:
+            await _fill(store, 200)
+            before = await _results(store)
+        path = tmp_path / "index" / f"{SCOPE.key}.faiss"
+        header, arrays = snapshot_file.decode(path.read_bytes())
+        assert arrays["vectors"].dtype == np.float16 and arrays["vectors"].shape == (200, 256)
+        old = {**arrays, "vectors": arrays["vectors"].astype(np.float32)}
+        snapshot_file.write_atomic(path, snapshot_file.encode(header, old))
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="memproxy.index.manager"):
             async with open_store(tmp_path) as store:
