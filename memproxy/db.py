@@ -28,7 +28,7 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -104,8 +104,11 @@ class Database(Protocol):
 
     async def open(self) -> None: ...
 
-    async def run(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn(conn)`` off the event loop; ``fn`` owns its transaction (``with conn:``)."""
+    def run(self, fn: Callable[[Connection], T]) -> Awaitable[T]:
+        """Run ``fn(conn)`` off the event loop; ``fn`` owns its transaction (``with conn:``).
+
+        The call is queued when ``run`` returns, before it is awaited: a caller can start a
+        read, do other work on the loop meanwhile, then await it."""
         ...
 
     async def checkpoint(self) -> None:
@@ -148,13 +151,12 @@ class SqliteDatabase:
             await self._shutdown()
             raise
 
-    async def run(self, fn: Callable[[SqliteConnection], T]) -> T:
-        """Run ``fn(conn)`` on the database thread; ``fn`` owns its transaction."""
+    def run(self, fn: Callable[[SqliteConnection], T]) -> Awaitable[T]:
+        """Queue ``fn(conn)`` on the database thread; ``fn`` owns its transaction."""
         conn, executor = self._conn, self._executor
         if conn is None or executor is None:
             raise RuntimeError("database is not open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, fn, conn)
+        return asyncio.get_running_loop().run_in_executor(executor, fn, conn)
 
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it to zero bytes."""

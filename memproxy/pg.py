@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -134,7 +134,9 @@ class PostgresDatabase:
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {timeout:g}s") from exc
 
-    async def run(self, fn: Callable[[PostgresConnection], T]) -> T:
+    def run(self, fn: Callable[[PostgresConnection], T]) -> Awaitable[T]:
+        """Queue ``fn`` on a pooled connection now; the returned awaitable must be awaited
+        (it settles the circuit breaker)."""
         executor = self._executor
         if executor is None:
             raise RuntimeError("database is not open")
@@ -144,9 +146,12 @@ class PostgresDatabase:
                 raise DatabaseUnavailable(self.last_error)
             self._probing = probe = True
             timeout = PROBE_TIMEOUT_S
-        loop = asyncio.get_running_loop()
+        future = asyncio.get_running_loop().run_in_executor(executor, self._call, fn, timeout)
+        return self._settle(future, probe)
+
+    async def _settle(self, future: Awaitable[T], probe: bool) -> T:
         try:
-            result = await loop.run_in_executor(executor, self._call, fn, timeout)
+            result = await future
         except DatabaseUnavailable as exc:
             if self.last_error is None:
                 log.warning("database unavailable: %s", exc)

@@ -36,6 +36,7 @@ How a search works (``MemoryStore.search`` orchestrates it):
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,13 +164,24 @@ def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
 
 def term_coverage(text: str, term_idf: dict[str, float], stems: bool = True) -> float:
     """IDF-weighted fraction of the query terms (``term_idf``) present in ``text`` (up to a stem)."""
+    return coverage_of(term_idf, stems)(text)
+
+
+def coverage_of(term_idf: dict[str, float], stems: bool = True) -> Callable[[str], float]:
+    """``term_coverage`` with the query's side (total weight, stems) worked out once: a search
+    scores dozens of candidates against the same query."""
     total = sum(term_idf.values())
     if total <= 0:
-        return 0.0
-    present, stemmed = _words(text)
-    if not stems:
-        return sum(idf for term, idf in term_idf.items() if term in present) / total
-    return sum(idf for term, idf in term_idf.items() if term in present or stem(term) in stemmed) / total
+        return lambda _text: 0.0
+    terms = [(term, stem(term) if stems else term, idf / total) for term, idf in term_idf.items()]
+
+    def coverage(text: str) -> float:
+        present, stemmed = _words(text)
+        if not stems:
+            return sum(weight for term, _, weight in terms if term in present)
+        return sum(weight for term, root, weight in terms if term in present or root in stemmed)
+
+    return coverage
 
 
 def cosine(query: npt.NDArray[np.float32] | None, blob: bytes | None) -> float:

@@ -115,11 +115,9 @@ class VectorSet:
             if self.hnsw:
                 self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, fetch)
             scores, ids = self.index.search(query, fetch)
-            hits = [
-                (int(self.nums[i]), float(s))
-                for s, i in zip(scores[0], ids[0], strict=True)
-                if i >= 0 and self.nums[i] >= 0
-            ]
+            nums = self.nums[ids[0]]  # -1 ids (fewer results than asked) read the last num; masked next
+            live = (ids[0] >= 0) & (nums >= 0)
+            hits = list(zip(nums[live].tolist(), scores[0][live].tolist(), strict=True))
             # Tombstones may have crowded out live hits: widen until we have k or all.
             if len(hits) >= k or fetch >= self.total:
                 return hits[:k]

@@ -37,6 +37,7 @@ from memproxy.index.scoring import (
     candidate_pool,
     cosine,
     cosines,
+    coverage_of,
     is_small_talk,
     relevance,
     term_coverage,
@@ -81,10 +82,10 @@ class HybridSearch:
         found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
         scored = []
         present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
+        coverage = coverage_of(found.term_idf, ranking.stems)
         for num, cos in zip(present, cosines(vector, [hydrated[num][1] for num in present]), strict=True):
             memory = hydrated[num][0]
-            score = relevance(cos, term_coverage(memory.text, found.term_idf, ranking.stems),
-                              self.embedder.floor, ranking)  # fmt: skip
+            score = relevance(cos, coverage(memory.text), self.embedder.floor, ranking)
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
         scored.sort(key=lambda item: (-item[1], -item[2]))
@@ -107,14 +108,15 @@ class HybridSearch:
         entry's row cache, that read is the search's only round trip. Otherwise the missing
         rows are read with the seq in one snapshot (after a catch-up if the index was behind)."""
         now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
+        # Queued now, so it runs on the database's thread while FAISS (which releases the GIL)
+        # scans on this one; if the search fails, the read still settles (its breaker too).
         seq_read = asyncio.ensure_future(self.db.run(lambda c: latest_seq(c, scope)))
-        await asyncio.sleep(0)  # the read reaches the database thread before the search holds the loop
         try:
             found = await self.index.search(scope, vector, query, count, catch_up=False)
-            seq = await seq_read
         except BaseException:
-            seq_read.cancel()
+            seq_read.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
+        seq = await seq_read
         pool, fused = candidate_pool(found.vector, found.lexical, top_k)
         cached, missing = _split_cached(found, pool, now)
         if seq == found.seq and not missing:
