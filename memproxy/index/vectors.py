@@ -15,12 +15,14 @@ Invariants:
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
+_THREAD = threading.local()
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 96
@@ -107,8 +109,10 @@ class VectorSet:
             return []
         # One query is ~1-4 ms of single-threaded work; an OpenMP team makes it several
         # times slower through spin contention (bench/recall.py). The setting is per
-        # calling thread, hence here rather than once at start.
-        faiss.omp_set_num_threads(1)
+        # calling thread, hence here (once per thread) rather than once at start.
+        if not getattr(_THREAD, "omp_single", False):
+            faiss.omp_set_num_threads(1)
+            _THREAD.omp_single = True
         query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
         fetch = min(self.total, k + min(self.dead, 4 * k) + 8)
         while True:
