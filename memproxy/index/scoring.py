@@ -227,3 +227,25 @@ def relevance(cos: float, lexical: float, floor: float, ranking: Ranking = DEFAU
     if ranking.gate and lexical <= 0.0 and cos <= floor:
         return None
     return combine(semantic, lexical * ranking.lexical_weight)
+
+
+def relevances(
+    cos: list[float], lexical: list[float], floor: float, ranking: Ranking = DEFAULT_RANKING
+) -> list[float | None]:
+    """``relevance`` of each (cosine, coverage) pair in a few array operations (a search
+    scores dozens of candidates): the same IEEE operations in the same order, so the same
+    floats."""
+    c, lex = np.asarray(cos, dtype=np.float64), np.asarray(lexical, dtype=np.float64)
+    if not ranking.rescale:
+        semantic = np.maximum(c, 0.0)
+    elif floor >= 1.0:
+        semantic = np.zeros_like(c)
+    else:
+        semantic = np.minimum(np.maximum((c - floor) / (1.0 - floor), 0.0), 1.0)
+    v = np.minimum(np.maximum(semantic, 0.0), 1.0)
+    w = np.minimum(np.maximum(lex * ranking.lexical_weight, 0.0), 1.0)
+    scores = (1.0 - (1.0 - v) * (1.0 - w)).tolist()
+    if not ranking.gate:
+        return list(scores)
+    gated = ((lex <= 0.0) & (c <= floor)).tolist()
+    return [None if out else score for out, score in zip(gated, scores, strict=True)]

@@ -40,6 +40,7 @@ from memproxy.index.scoring import (
     coverage_of,
     is_small_talk,
     relevance,
+    relevances,
     term_coverage,
 )
 from memproxy.memory import rows
@@ -83,9 +84,10 @@ class HybridSearch:
         scored = []
         present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
         coverage = coverage_of(found.term_idf, ranking.stems)
-        for num, cos in zip(present, cosines(vector, [hydrated[num][1] for num in present]), strict=True):
-            memory = hydrated[num][0]
-            score = relevance(cos, coverage(memory.text), self.embedder.floor, ranking)
+        memories = [hydrated[num][0] for num in present]
+        scores = relevances(cosines(vector, [hydrated[num][1] for num in present]),
+                            [coverage(memory.text) for memory in memories], self.embedder.floor, ranking)  # fmt: skip
+        for num, memory, score in zip(present, memories, scores, strict=True):
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
         scored.sort(key=lambda item: (-item[1], -item[2]))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memproxy.index.embedder import Embedder, HashEmbedder, OnnxEmbedder
-from memproxy.index.scoring import Ranking, above_floor, cosine, cosines, is_small_talk, relevance
+from memproxy.index.scoring import Ranking, above_floor, cosine, cosines, is_small_talk, relevance, relevances
 from memproxy.scope import Scope
 from tests.support.storage_env import open_store
 
@@ -116,3 +117,18 @@ def test_cosines_match_one_by_one_and_skip_vectors_of_another_space() -> None:
     assert cosines(query, blobs)[-2:] == [0.0, 0.0]
     assert cosines(None, blobs) == [0.0] * len(blobs)
     assert all(value >= 0.0 for value in cosines(query, blobs))
+
+
+@pytest.mark.parametrize(
+    "ranking",
+    [Ranking(), Ranking(gate=False), Ranking(rescale=False), Ranking(lexical_weight=0.5, stems=True)],
+)
+@pytest.mark.parametrize("floor", [0.0, 0.185, 0.8, 1.0])
+def test_relevances_of_many_equal_relevance_of_each(ranking: Ranking, floor: float) -> None:
+    rng = random.Random(11)
+    cos = [rng.choice([0.0, floor, 1.0, rng.uniform(-0.2, 1.0)]) for _ in range(200)]
+    lexical = [rng.choice([0.0, 1.0, rng.uniform(0.0, 1.0)]) for _ in range(200)]
+    assert relevances(cos, lexical, floor, ranking) == [
+        relevance(c, lex, floor, ranking) for c, lex in zip(cos, lexical, strict=True)
+    ]
+    assert relevances([], [], floor, ranking) == []
