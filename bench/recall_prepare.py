@@ -3,7 +3,7 @@
     python bench/recall_prepare.py [--memories 10000] [--requests 500]
 
 In-process (no HTTP, no upstream): query embedding (``hash`` embedder, cache bypassed),
-hybrid search (index catch-up check, FAISS, BM25, SQLite hydration), token budgeting and
+hybrid search (change-seq check, fp16 FAISS scan, BM25, rows from the row cache or SQLite), token budgeting and
 injection. ``bench/overhead.py`` measures the same thing end to end (``memproxy_on`` minus
 ``memproxy_off``), which also includes the larger prompt travelling through LiteLLM.
 Prints one JSON object with p50/p95/p99 in ms.
