@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import parse_json_object, read_bytes, validate_chat_body
 from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.event_stream import EventStream
 from memproxy.api.fast_chat import fast_chat, outgoing_body
 from memproxy.api.sse import close_stream
 from memproxy.errors import ApiError
@@ -115,7 +116,7 @@ async def _stream(
     with services.metrics.time_upstream(streamed=True):
         stream = await services.upstream.chat(forwarded, credential)
     capture = StreamCapture(services.capture, plan) if plan is not None else None
-    return StreamingResponse(
+    return EventStream(
         _relay(stream, capture),
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from memproxy.api.event_stream import EventStream
 from memproxy.fastpath import FastRoute
 from memproxy.headers import CAPTURE_RESULT
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
@@ -49,7 +50,7 @@ async def fast_chat(services: Services, route: FastRoute, payload: bytes, stream
     if reply.streaming:
         capture = StreamCapture(services.capture, plan) if plan is not None else None
         on_data, before_done = _stream_hooks(capture)
-        return StreamingResponse(
+        return EventStream(
             relay_events(reply, on_data, before_done),
             status_code=reply.status,
             headers={**reply.headers, **headers, **STREAM_HEADERS},

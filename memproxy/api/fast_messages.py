@@ -23,8 +23,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
+from memproxy.api.event_stream import EventStream
 from memproxy.api.fast_surface import json_object, relay_turn
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
 from memproxy.errors import ApiError, anthropic_error_body
@@ -85,7 +86,7 @@ async def translated_message(
         return JSONResponse(anthropic_error_body(error), status_code=error.status, headers=passed)
     if reply.streaming:
         events = _translated_events(services, reply, turn, str(body["model"]))
-        return StreamingResponse(events, media_type="text/event-stream",
+        return EventStream(events, media_type="text/event-stream",
                                  headers={**passed, **turn.headers, **STREAM_HEADERS})  # fmt: skip
     data = json_object(reply.body or b"")
     if data is None:

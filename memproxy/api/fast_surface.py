@@ -14,8 +14,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from memproxy.api.event_stream import EventStream
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
 from memproxy.errors import ApiError
 from memproxy.fastpath import FastRoute
@@ -48,7 +49,7 @@ async def relay_turn(
         return Response(reply.body, status_code=reply.status, headers=reply.headers)
     if reply.streaming:
         on_data, before_done = _stream_hooks(services, turn, accumulator, observe)
-        return StreamingResponse(
+        return EventStream(
             relay_events(reply, on_data, before_done, is_final=is_final, error_frame=error_frame),
             status_code=reply.status,
             headers={**reply.headers, **turn.headers, **STREAM_HEADERS},

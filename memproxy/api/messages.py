@@ -21,10 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import read_json_object, require_str
 from memproxy.api.deps import ServicesDep
+from memproxy.api.event_stream import EventStream
 from memproxy.api.fast_messages import fast_message, translated_message
 from memproxy.api.sse import SSEParser, relay
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply, prepare_turn
@@ -121,6 +122,4 @@ def _stream(services: Services, stream: Any, turn: PreparedTurn) -> Response:
 
     events = relay(stream, frames, terminal=frozenset({"message_stop"}), capture=capture,
                    error_event=anthropic_error_body)  # fmt: skip
-    return StreamingResponse(
-        events, media_type="text/event-stream", headers={**turn.headers, **STREAM_HEADERS}
-    )
+    return EventStream(events, media_type="text/event-stream", headers={**turn.headers, **STREAM_HEADERS})

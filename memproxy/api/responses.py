@@ -18,10 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import read_json_object, require_str
 from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.event_stream import EventStream
 from memproxy.api.fast_responses import TERMINAL, fast_response, fast_stored, litellm_id, serves_responses
 from memproxy.api.sse import frame, relay
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply, prepare_turn
@@ -113,9 +114,7 @@ def _stream(services: Services, stream: Any, turn: PreparedTurn) -> Response:
                 "param": error.param, "sequence_number": sequence[0] + 1}  # fmt: skip
 
     events = relay(stream, frames, terminal=TERMINAL, error_event=error_event, capture=capture)
-    return StreamingResponse(
-        events, media_type="text/event-stream", headers={**turn.headers, **STREAM_HEADERS}
-    )
+    return EventStream(events, media_type="text/event-stream", headers={**turn.headers, **STREAM_HEADERS})
 
 
 def clean(value: Any) -> Any:
