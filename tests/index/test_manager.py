@@ -48,6 +48,17 @@ async def _fill(store: MemoryStore, count: int, offset: int = 0) -> None:
         await store.add(SCOPE, text)
 
 
+async def _reopened_from_snapshot_gives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, before: list[list[tuple[str, float]]]
+) -> None:
+    """A store reopened on ``tmp_path`` loads the snapshot (no rebuild) and finds ``before``."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="memproxy.index.manager"):
+        async with open_store(tmp_path) as store:
+            assert await _results(store) == before
+    assert "rebuilt" not in caplog.text
+
+
 def test_snapshot_round_trip_gives_identical_results(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -57,11 +68,7 @@ def test_snapshot_round_trip_gives_identical_results(
             before = await _results(store)
         snapshot = tmp_path / "index" / f"{SCOPE.key}.faiss"
         assert snapshot.exists() and "user-1" not in str(snapshot)
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="memproxy.index.manager"):
-            async with open_store(tmp_path) as store:
-                assert await _results(store) == before
-        assert "rebuilt" not in caplog.text
+        await _reopened_from_snapshot_gives(tmp_path, caplog, before)
 
     asyncio.run(body())
 
@@ -81,11 +88,7 @@ def test_snapshots_hold_fp16_rows_and_float32_ones_still_load(
         assert arrays["vectors"].dtype == np.float16 and arrays["vectors"].shape == (200, 256)
         old = {**arrays, "vectors": arrays["vectors"].astype(np.float32)}
         snapshot_file.write_atomic(path, snapshot_file.encode(header, old))
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="memproxy.index.manager"):
-            async with open_store(tmp_path) as store:
-                assert await _results(store) == before
-        assert "rebuilt" not in caplog.text
+        await _reopened_from_snapshot_gives(tmp_path, caplog, before)
 
     asyncio.run(body())
 
