@@ -335,6 +335,11 @@ class IndexManager:
             await asyncio.to_thread(self._apply, entry, rows)
         else:
             self._apply(entry, rows)
+        vectors = entry.vectors
+        wants_hnsw = vectors is not None and len(vectors) > self.settings.hnsw_threshold
+        if vectors is not None and (vectors.needs_compaction() or wants_hnsw != vectors.hnsw):
+            # Off the loop: re-adding every live vector takes seconds at the HNSW threshold.
+            entry.vectors = await asyncio.to_thread(vectors.compact, wants_hnsw)
         entry.seq = max(seq, entry.seq)
 
     async def _reset(self, entry: LoadedScope) -> None:
@@ -365,9 +370,6 @@ class IndexManager:
             entry.vectors.remove(row.num)  # gone, or re-embedded by another embedder
         nums, matrix = blob_vectors(rows, dim)
         entry.vectors.add(nums, matrix)
-        wants_hnsw = len(entry.vectors) > self.settings.hnsw_threshold
-        if entry.vectors.needs_compaction() or wants_hnsw != entry.vectors.hnsw:
-            entry.vectors = entry.vectors.compact(hnsw=wants_hnsw)
 
     async def _evict(self, keep: str) -> None:
         """Unload least-recently-used scopes while over ``max_loaded_vectors`` (or too many scopes)."""
