@@ -87,7 +87,7 @@ async def translated_message(
     if reply.streaming:
         events = _translated_events(services, reply, turn, str(body["model"]))
         return EventStream(events, media_type="text/event-stream",
-                                 headers={**passed, **turn.headers, **STREAM_HEADERS})  # fmt: skip
+                           headers={**passed, **turn.headers, **STREAM_HEADERS})  # fmt: skip
     data = json_object(reply.body or b"")
     if data is None:
         error = provider_error(reply.status, None)

@@ -8,8 +8,9 @@ Invariants:
   the index was behind it catches up and the search runs again, so a memory deleted or
   changed elsewhere is never returned stale.
 - Scores are ``memproxy.index.scoring.relevance`` of the exact cosine (from the stored
-  float32 vector, not the index's, which scans fp16 copies) and the query's term coverage; with ``ranking.gate`` nothing
-  without lexical or semantic evidence is returned, and small talk returns nothing.
+  float32 vector, not the index's, which scans fp16 copies) and the query's term coverage;
+  with ``ranking.gate`` nothing without lexical or semantic evidence is returned, and small
+  talk returns nothing.
 - The second hop (``memproxy.index.bridges``) only inserts memories behind the result that
   led to them, never above it.
 """

@@ -7,9 +7,9 @@ What happens (``Recaller.prepare``):
 2. The query is embedded (cached briefly by ``QueryEmbeddingCache``) and searched in the
    request's scope (hybrid search, ``recall.top_k``, ``recall.min_score``).
 3. The memories, best first, are rendered as one system message inside ``<memories>``…
-   ``</memories>``, one ``- [YYYY-MM-DD] text`` line each, and fitted into
-   ``recall.max_tokens`` counted with the target model's tokenizer; a memory that does
-   not fit is left out whole.
+   ``</memories>``, one ``- text`` line each (``- [YYYY-MM-DD] text`` with ``recall.dates``),
+   and fitted into ``recall.max_tokens`` counted with the target model's tokenizer; a
+   memory that does not fit is left out whole.
 4. ``placement.place_chat`` puts that message where ``recall.placement`` says (right after
    the caller's leading system/developer messages, or after the newest message).
    ``memory_block`` (steps 2–3) serves the other API surfaces, which place it themselves.
