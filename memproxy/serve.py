@@ -31,6 +31,10 @@ Supervisor invariants:
   stop and the supervisor exits 3.
 - Workers get SIGTERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``), so a killed
   supervisor leaves no process holding the port.
+- A worker names itself ``memproxy-worker`` (Linux ``PR_SET_NAME``: ``ps``, ``top`` and
+  ``/proc/<pid>/comm`` show it), so it can be told from the supervisor's other children
+  (multiprocessing's ``resource_tracker``) by more than a command line, which holds the
+  interpreter's path and so whatever directory the checkout is in.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ from memproxy.config import Settings
 log = logging.getLogger("memproxy.serving")
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+# What a worker process calls itself (at most 15 bytes: the kernel's comm limit).
+WORKER_NAME = "memproxy-worker"
 STARTUP_FAILURE = 3
 # Beyond the workers' own graceful shutdown: interpreter exit, index snapshots.
 _STOP_MARGIN_S = 10.0
@@ -146,6 +153,7 @@ class Supervisor:
 def worker_main(settings: Settings, port: int) -> None:
     """One worker process: its own ``SO_REUSEPORT`` socket on ``port``, the full app."""
     _die_with_supervisor()
+    _name_process(WORKER_NAME)
     from memproxy.api.access_log import configure_logging
 
     configure_logging(settings.server)
@@ -164,11 +172,23 @@ def worker_main(settings: Settings, port: int) -> None:
     sys.exit(serve(app, settings, announce=None, sockets=[sock]))
 
 
-def _die_with_supervisor() -> None:
+def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _die_with_supervisor() -> None:
+    libc = _libc()
+    if libc is not None:  # without libc the worker simply outlives a killed supervisor
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # no libc to ask: the worker simply outlives a killed supervisor
-        pass
+
+
+def _name_process(name: str) -> None:
+    """Set the calling (main) thread's name, which is the process's ``comm``."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))

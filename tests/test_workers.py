@@ -23,6 +23,7 @@ import pytest
 from memproxy.auth import passthrough_tenant
 from memproxy.index import snapshot as snapshot_file
 from memproxy.scope import Scope
+from memproxy.serve import WORKER_NAME
 from memproxy.testing.background_server import free_port
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import TOKEN, chat, memories, search, unique, wait_job, wait_until
@@ -54,13 +55,23 @@ def alive(pid: int) -> bool:
 
 
 def is_worker(pid: int) -> bool:
+    """A worker names itself (``serve.WORKER_NAME``); the supervisor's other child, multiprocessing's
+    resource tracker, keeps the interpreter's name. The command line cannot tell them apart: both
+    run the venv's python, whose path holds the checkout's directory (``…/memproxy/.venv/…``)."""
     try:
-        return (
-            b"memproxy" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            or b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        )
+        return Path(f"/proc/{pid}/comm").read_text().strip() == WORKER_NAME
     except OSError:
         return False
+
+
+def workers_of(server: ServeProcess, count: int = 2) -> set[int]:
+    """The supervisor's ``count`` worker pids, once each has named itself."""
+
+    def named() -> set[int] | None:
+        workers = {p for p in children(server.process.pid) if is_worker(p)}
+        return workers if len(workers) >= count else None
+
+    return wait_until(named, 60)
 
 
 @pytest.fixture
@@ -91,8 +102,8 @@ def test_two_processes_share_one_data_dir(
     served: tuple[ServeProcess, str, Path], fake: ScriptedUpstream
 ) -> None:
     server, url, data_dir = served
-    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
-    assert len(workers) >= 2, server.log_text()
+    workers = workers_of(server)
+    assert len(workers) == 2, server.log_text()  # not the resource tracker too
 
     # Written through whichever process accepts; found through every connection after it.
     user = unique("shared")
@@ -168,7 +179,7 @@ def test_each_worker_listens_on_its_own_socket_and_gets_connections(
 ) -> None:
     server, url, _ = served
     port = int(url.rsplit(":", 1)[1])
-    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
+    workers = workers_of(server)
     # Ready means one worker answered; the other may still be starting (it listens once its
     # app has started). Two listening sockets, one in each worker: not one socket shared
     # (uvicorn's own --workers, where keep-alive connections pile up on whichever process
@@ -194,7 +205,7 @@ def test_each_worker_listens_on_its_own_socket_and_gets_connections(
 
 def test_killing_the_supervisor_takes_the_workers_along(served: tuple[ServeProcess, str, Path]) -> None:
     server, _, _ = served
-    workers = wait_until(lambda: {p for p in children(server.process.pid) if is_worker(p)} or None, 60)
+    workers = workers_of(server)
     server.process.kill()
     server.process.wait(30)
     wait_until(lambda: not [p for p in workers if alive(p)], 30)
