@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MEMPROXY_SERVER__SHUTDOWN_GRACE_S=7
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE NOTICE ./
 COPY memproxy ./memproxy
 RUN pip install --no-cache-dir . \
     && useradd --system --uid 10001 --home /app memproxy \
