@@ -6,6 +6,7 @@ so clients written against OpenAI keep working against us.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 _TYPE_BY_STATUS = {
@@ -44,6 +45,12 @@ def error_body(
             "code": code,
         }
     }
+
+
+def render_error(body: dict[str, Any]) -> bytes:
+    """An error body's bytes, exactly as Starlette's ``JSONResponse`` writes every other one,
+    for answers written below the app (the 431 of ``api.serving``)."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 class ApiError(Exception):

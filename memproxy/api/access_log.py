@@ -8,6 +8,8 @@ Invariants:
   latency, recalled count and capture job id. The tenant appears only as a short hash.
 - Message and memory text are never logged unless ``server.log_content`` is true; only
   then is the request body copied (capped at ``CONTENT_CAP`` bytes).
+- A request whose client left before it was answered is logged (and counted) with status
+  499, not as a server error.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ _RECALLED = RECALLED.lower().encode()
 _CAPTURE = CAPTURE_RESULT.lower().encode()
 
 CONTENT_CAP = 64 * 1024
+# nginx's "client closed request": the status of a request whose client left before any answer.
+CLIENT_CLOSED = 499
 UNMATCHED_ROUTE = "(unmatched)"
 _FIELD_ORDER = (
     "request_id",
@@ -52,6 +56,7 @@ class _Exchange:
         self.streamed = False
         self.recalled: int | None = None
         self.job: str | None = None
+        self.disconnected = False
         self.body = bytearray() if log_content else None
 
     def see_response_start(self, message: Message) -> None:
@@ -65,8 +70,10 @@ class _Exchange:
             elif lowered == _CAPTURE:
                 self.job = value.decode("latin-1")
 
-    def see_request_body(self, message: Message) -> None:
-        if self.body is not None and len(self.body) < CONTENT_CAP:
+    def see_request(self, message: Message) -> None:
+        if message["type"] == "http.disconnect":
+            self.disconnected = True
+        elif self.body is not None and len(self.body) < CONTENT_CAP:
             self.body += message.get("body", b"")[: CONTENT_CAP - len(self.body)]
 
 
@@ -83,10 +90,9 @@ class AccessLogMiddleware:
             return
         exchange = _Exchange(self.log_content)
 
-        async def receive_and_copy() -> Message:
+        async def receive_and_watch() -> Message:
             message = await receive()
-            if message["type"] == "http.request":
-                exchange.see_request_body(message)
+            exchange.see_request(message)
             return message
 
         async def send_and_watch(message: Message) -> None:
@@ -95,10 +101,11 @@ class AccessLogMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive_and_copy if self.log_content else receive, send_and_watch)
+            await self.app(scope, receive_and_watch, send_and_watch)
         except BaseException:
             if not exchange.status:
-                exchange.status = 500
+                # Failing because the client left is not a server error.
+                exchange.status = CLIENT_CLOSED if exchange.disconnected else 500
             raise
         finally:
             self._finish(scope, exchange)

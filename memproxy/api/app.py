@@ -12,14 +12,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy.api import chat, console, messages, openai_routes, ops, responses
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
-from memproxy.api.access_log import AccessLogMiddleware
+from memproxy.api.access_log import CLIENT_CLOSED, AccessLogMiddleware
 from memproxy.api.messages import is_anthropic_route
 from memproxy.config import Settings
 from memproxy.engine import DatabaseUnavailable
@@ -80,6 +82,10 @@ class TrailingSlashMiddleware:
         await self.app(scope, receive, send)
 
 
+_HTTP_CODES = {404: "unknown_route", 405: "method_not_allowed"}
+_METHODS = ("GET", "POST", "PATCH", "PUT", "DELETE")
+
+
 def _error_response(request: Request, exc: ApiError) -> Response:
     # Anthropic's SDK reads errors in Anthropic's shape; every other route speaks OpenAI's.
     body = anthropic_error_body(exc) if is_anthropic_route(request.url.path) else exc.body()
@@ -109,7 +115,24 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     message = exc.detail if isinstance(exc.detail, str) else "Request failed"
     if status == 404:
         message = f"Unknown route: {request.method} {request.url.path}"
-    return _error_response(request, ApiError(status, message))
+    headers = dict(exc.headers or {})
+    if status == 405:
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        message = (
+            f"Method {request.method} is not allowed on {request.url.path} (allowed: {headers['Allow']})."
+        )
+    # A code on every error, as on ours: clients branch on it rather than on the message.
+    code = _HTTP_CODES.get(status, f"http_{status}")
+    return _error_response(request, ApiError(status, message, code=code, headers=headers))
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods some route serves at this path (Starlette's own ``Allow`` names only the
+    first route's, and each method here is a route of its own)."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)]  # fmt: skip
 
 
 async def _on_database_unavailable(request: Request, exc: Exception) -> Response:
@@ -117,6 +140,14 @@ async def _on_database_unavailable(request: Request, exc: Exception) -> Response
     error = ApiError(503, f"Memory storage is unavailable, retry shortly: {exc}", code="storage_unavailable",
                      headers={"Retry-After": "1"})  # fmt: skip
     return _error_response(request, error)
+
+
+async def _on_client_disconnect(request: Request, exc: Exception) -> Response:
+    # The client went away while its body was being read: nothing failed here, and nobody is
+    # left to answer. 499 (nginx's "client closed request") is what the access log and the
+    # request metrics record, instead of a 500 and a traceback.
+    return _error_response(request, ApiError(CLIENT_CLOSED, "The client closed the connection.",
+                                             code="client_closed_request"))  # fmt: skip
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
@@ -169,6 +200,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
     app.add_exception_handler(DatabaseUnavailable, _on_database_unavailable)
+    app.add_exception_handler(ClientDisconnect, _on_client_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
     # Added first so it runs inside RequestIdMiddleware and sees the request id.
     app.add_middleware(AccessLogMiddleware, server=settings.server, metrics=app_metrics)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 
+from memproxy import json_input
 from memproxy.errors import ApiError
 
 
@@ -31,13 +31,10 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """``raw`` as a JSON object, or a 400 saying why not."""
+    """``raw`` as a JSON object, or a 400 saying why not (``json_input``: what every route reads)."""
     if not raw.strip():
         raise ApiError(400, "The request body is empty; expected a JSON object.", code="invalid_json")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+    body = json_input.loads(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     return body

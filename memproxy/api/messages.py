@@ -89,7 +89,14 @@ def authenticate(request: Request, services: Services) -> Credential:
     api_key = request.headers.get("x-api-key", "").strip()
     if not authorization and api_key:
         authorization = f"Bearer {api_key}"
-    credential = services.auth.authenticate(authorization)
+    try:
+        credential = services.auth.authenticate(authorization)
+    except ApiError as exc:
+        if exc.code != "missing_api_key":
+            raise
+        # Anthropic's SDKs send the key as x-api-key: name that header first.
+        raise ApiError(401, "You didn't provide an API key. Send it as 'x-api-key: <key>' (as Anthropic's "
+                       "SDKs do) or 'Authorization: Bearer <key>'.", code="missing_api_key") from None  # fmt: skip
     request.state.tenant_hash = credential.tenant_hash
     return credential
 

@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import socket
@@ -26,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from memproxy.config import Settings
-from memproxy.errors import error_body
+from memproxy.errors import error_body, render_error
 
 log = logging.getLogger("memproxy.serving")
 
@@ -36,13 +35,13 @@ _LINGER_S = 5.0
 
 
 def _too_large_response(max_bytes: int) -> bytes:
-    body = json.dumps(
+    body = render_error(
         error_body(
             f"The request headers exceed the limit of {max_bytes} bytes (server.max_header_bytes).",
             status=431,
             code="request_headers_too_large",
         )
-    ).encode()
+    )
     head = (
         b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
         b"content-type: application/json\r\n"

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from memproxy import json_input
 from memproxy.errors import ApiError
 from memproxy.memory.rows import SOURCES
 from memproxy.scope import validate_id
@@ -64,10 +65,7 @@ def parse_jsonl(raw: bytes) -> list[dict[str, Any]]:
 
 
 def _import_item(line: str) -> dict[str, Any]:
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise bad_param("line", f"not valid JSON ({exc})", code="invalid_json") from None
+    raw = json_input.loads(line, prefix="not valid JSON: ")  # a 400, as for a request body
     if not isinstance(raw, dict):
         raise bad_param("line", "not a JSON object", code="invalid_json")
     text = optional_text(raw, "text")
