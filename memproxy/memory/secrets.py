@@ -13,7 +13,11 @@ What counts, in the order checked (the first hit names the kind):
   ("password for X is Y", "Y is my wifi password").
 - ``card_number``: 13–19 digits (spaces or dashes allowed) starting like a card network's
   number and passing the Luhn check.
-- ``iban``: a country code, two check digits and 11–30 alphanumerics passing ISO 13616 mod 97.
+- ``iban``: an IBAN country's code, two check digits and exactly as many alphanumerics as
+  that country's IBANs have (spaces allowed between them), passing ISO 13616 mod 97. The
+  country and its length matter as much as the checksum: mod 97 alone passes one random
+  string in 97 ("zq865851df kyfd158568" did), and a length range let the match run on into
+  the next word ("DE89 3704 0044 0532 0130 00 is mine" then failed the checksum and leaked).
 - ``token``: a 24+ character run of letters, digits and ``-_+/=`` mixing upper case,
   lower case and digits with high Shannon entropy (random-looking, not a word or a hex id).
 
@@ -23,6 +27,7 @@ reported (API error, job report, metric), a stored secret is silent.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -61,7 +66,21 @@ _PASSWORD_REVERSED = re.compile(
     re.IGNORECASE,
 )
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+# Where an IBAN may begin: a country code and two check digits (the rest is per country).
+_IBAN_START = re.compile(r"\b([A-Za-z]{2})\d{2}")
+# IBAN length by country, from the SWIFT IBAN registry.
+_IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
+    "BI": 27, "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27,
+    "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27,
+    "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22,
+    "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32,
+    "LI": 21, "LT": 20, "LU": 20, "LV": 21, "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19,
+    "MN": 20, "MR": 27, "MT": 31, "MU": 30, "NI": 28, "NL": 18, "NO": 15, "OM": 23, "PK": 24,
+    "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "RU": 33, "SA": 24, "SC": 31,
+    "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25, "SV": 28, "TL": 23,
+    "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
+}  # fmt: skip
 _TOKENISH = re.compile(r"[A-Za-z0-9_\-+/=]{24,}")
 # Bits per character above which a mixed-case alphanumeric run looks random (English words
 # and identifiers stay well below; a random base62 string of 24+ characters is above 4.2).
@@ -84,9 +103,10 @@ def luhn_ok(digits: str) -> bool:
 
 
 def iban_ok(candidate: str) -> bool:
-    """ISO 13616: move the first four characters to the end, letters to 10..35, mod 97 == 1."""
+    """ISO 13616: a known country's length; the first four characters moved to the end,
+    letters to 10..35, mod 97 == 1."""
     text = candidate.replace(" ", "").upper()
-    if not 15 <= len(text) <= 34 or not text[2:4].isdigit():
+    if len(text) != _IBAN_LENGTHS.get(text[:2]) or not text[2:4].isdigit() or not text.isalnum():
         return False
     moved = text[4:] + text[:4]
     number = "".join(str(int(ch, 36)) for ch in moved)
@@ -126,6 +146,22 @@ def _card_number(text: str) -> bool:
     return False
 
 
+@functools.cache
+def _iban_rest(length: int) -> re.Pattern[str]:
+    """The ``length - 4`` characters after a country's check digits, a space allowed before
+    each (grouped in fours or not), ending where the alphanumerics end."""
+    return re.compile(rf"(?:[ ]?[A-Za-z0-9]){{{length - 4}}}(?![A-Za-z0-9])")
+
+
+def _iban(text: str) -> bool:
+    for start in _IBAN_START.finditer(text):
+        length = _IBAN_LENGTHS.get(start[1].upper())
+        rest = _iban_rest(length).match(text, start.end()) if length else None
+        if rest is not None and iban_ok(start[0] + rest[0]):
+            return True
+    return False
+
+
 def find_secret(text: str) -> str | None:
     """The kind of secret ``text`` contains (see the module doc), or None."""
     if _PRIVATE_KEY.search(text):
@@ -140,7 +176,7 @@ def find_secret(text: str) -> str | None:
         return "password"
     if _card_number(text):
         return "card_number"
-    if any(iban_ok(m.group()) for m in _IBAN.finditer(text)):
+    if _iban(text):
         return "iban"
     if any(_random_looking(m.group()) for m in _TOKENISH.finditer(text)):
         return "token"
