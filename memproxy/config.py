@@ -85,6 +85,10 @@ class UpstreamSettings(_Section):
     # Provider key used in ``keys`` mode (passthrough forwards the caller's token).
     api_key: str | None = None
     models: list[ModelAlias] = Field(default_factory=list)
+    # LiteLLM providers (``openai``, ``anthropic``, ``groq`` …) whose models any caller may name
+    # when the server's own credentials pay (``keys`` mode), as LiteLLM's ``provider/*`` entries.
+    # Without ``api_base``, only these and the ``models`` aliases are reachable (memproxy.upstream).
+    allow_providers: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=600.0, gt=0)
     # ``auto``: OpenAI-wire providers are relayed byte for byte (memproxy.fastpath); ``off``:
     # every request goes through LiteLLM's translation.

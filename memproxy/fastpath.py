@@ -16,6 +16,8 @@ Invariants:
   only (``messages_route``: its own API, relayed as is), never for chat.
 - Passthrough keeps its meaning: the caller's token is the provider key unless an alias
   carries its own; in keys mode the server's ``upstream.api_key`` or the provider's env var.
+- Every route, cached or not, first passes ``Upstream.route`` with the caller's credential
+  (the allow-list); the cache holds only where a model goes, never whether this caller may.
 - ``upstream.fast_path: off`` makes ``route`` always None.
 """
 
@@ -89,6 +91,9 @@ class FastPaths:
     def _route(self, model: str, credential: Credential | None, *, anthropic: bool) -> FastRoute | None:
         if not self._enabled:
             return None
+        # The allow-list first, with this caller's credential: the cached resolution below is
+        # credential-independent and must never decide whose key goes where.
+        target = self._upstream.route(model, credential)
         if model in self._cache:
             resolved = self._cache[model]
         else:
@@ -98,7 +103,6 @@ class FastPaths:
             self._cache[model] = resolved
         if resolved is None or (resolved.provider == "anthropic") != anthropic:
             return None
-        target = self._upstream.route(model, credential)
         key = target.get("api_key") or resolved.key
         timeout = float(target.get("timeout") or self._upstream.timeout_s)
         return FastRoute(resolved.provider, resolved.base_url, resolved.model, key, timeout)
@@ -108,7 +112,7 @@ class FastPaths:
         ``upstream.api_base``'s (as on the LiteLLM path); None when the fast path is off."""
         if not self._enabled:
             return None
-        target = self._upstream.route("", credential)
+        target = self._upstream.endpoint(credential)
         default_base, key_vars, base_vars = _OPENAI_WIRE["openai"]
         base = target.get("api_base") or _first_env(base_vars) or default_base
         key = target.get("api_key") or _first_env(key_vars)

@@ -12,6 +12,7 @@ Invariants:
 - A stream is relayed in whole events (up to the last blank line received): a client never
   sees half an event, so a failure after the first byte can always be reported as one
   final ``data: {"error": …}`` event.
+- No path with a ``.``/``..`` segment is sent (``_check_path``): ids in paths stay ids.
 - Timeouts are ``upstream.timeout_s`` per connect/read (as on the LiteLLM path) → 504;
   an unreachable provider or a broken connection before the answer → 502.
 - A ``Reply`` whose stream is not read to the end is closed (``close``), which drops the
@@ -26,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 
@@ -102,6 +104,7 @@ class Relay:
         The key goes as ``Authorization: Bearer`` (OpenAI's wire) or ``x-api-key`` (Anthropic's)."""
         if self._session is None:
             raise RuntimeError("Relay.send before open")
+        _check_path(path)
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **(extra_headers or {})}
         if route.api_key and route.provider == "anthropic":
             headers["x-api-key"] = route.api_key
@@ -137,6 +140,13 @@ class Relay:
             raise unreachable_error(_describe(exc)) from exc
         response.release()
         return Reply(response.status, passed, data)
+
+
+def _check_path(path: str) -> None:
+    """The last guard before a client-supplied id becomes part of a provider URL: a ``.`` or
+    ``..`` segment (plain or percent-encoded) would move the request elsewhere on the host."""
+    if any(unquote(segment) in (".", "..") for segment in path.split("?", 1)[0].split("/")):
+        raise ApiError(400, "Invalid id: it contains a '.' or '..' path segment.", code="invalid_id")
 
 
 def _passed_headers(response: aiohttp.ClientResponse) -> dict[str, str]:

@@ -160,7 +160,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         embedder, index = store.embedder, store.index
         metrics = metrics or Metrics()
         store.on_refused = metrics.memory_refused
-        upstream = Upstream(settings.upstream)
+        upstream = Upstream(settings.upstream, settings.server)
         gaps = memory_credential_gaps(settings)
         warn_about(gaps)
         # Postgres may be away for a while; SQLite is a local file that is never "away".

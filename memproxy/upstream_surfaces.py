@@ -2,7 +2,8 @@
 Messages API, both through LiteLLM (so either reaches any provider LiteLLM translates to).
 
 Invariants (as ``upstream`` for chat):
-- Routing (model aliases, ``upstream.api_base``, which key) is ``Upstream.route``'s.
+- Routing (model aliases, ``upstream.api_base``, which key, the allow-list) is ``Upstream.route``'s
+  (``Upstream.endpoint``'s for stored responses, whose LiteLLM ids name a provider).
 - Fields of the API LiteLLM knows go as keyword arguments; on the Responses API every other
   field travels in ``extra_body``. Nothing in a request body can set LiteLLM's own options
   (``api_base``, ``api_key``, ``mock_response`` …). LiteLLM's Messages interface has no
@@ -16,6 +17,7 @@ import json
 from typing import Any
 
 from memproxy.auth import Credential
+from memproxy.egress import unsafe_id
 from memproxy.errors import ApiError
 from memproxy.upstream import Upstream, import_litellm, to_api_error
 
@@ -46,6 +48,9 @@ class SurfaceUpstream:
     def __init__(self, upstream: Upstream) -> None:
         self._upstream = upstream
         self._litellm = import_litellm()
+        from litellm.responses.utils import ResponsesAPIRequestUtils
+
+        self._decode_id = ResponsesAPIRequestUtils.decode_responses_api_response_id
 
     async def create_response(self, body: dict[str, Any], credential: Credential | None) -> Any:
         """A ``ResponsesAPIResponse``, or an async iterator of typed events when streaming."""
@@ -60,26 +65,39 @@ class SurfaceUpstream:
             raise provider_error(exc) from exc
 
     async def get_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+        target = self._stored(response_id, credential)
         try:
-            found = await self._litellm.aget_responses(response_id=response_id, **self._stored(credential))
+            found = await self._litellm.aget_responses(response_id=response_id, **target)
         except Exception as exc:
             raise provider_error(exc) from exc
         return dump(found)
 
     async def delete_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+        target = self._stored(response_id, credential)
         try:
-            deleted = await self._litellm.adelete_responses(
-                response_id=response_id, **self._stored(credential)
-            )
+            deleted = await self._litellm.adelete_responses(response_id=response_id, **target)
         except Exception as exc:
             raise provider_error(exc) from exc
         return dump(deleted)
 
-    def _stored(self, credential: Credential | None) -> dict[str, Any]:
-        """Where a stored response lives: LiteLLM decodes the provider from its own ids;
-        otherwise it is OpenAI's (or ``upstream.api_base``'s)."""
-        target = self._upstream.route("", credential)
-        target.pop("model", None)
+    def _stored(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+        """Where a stored response lives: LiteLLM decodes the provider from its own ids (and
+        that provider wins over ours), otherwise it is OpenAI's (or ``upstream.api_base``'s).
+
+        A LiteLLM id is client-supplied text: the provider it names passes the allow-list as a
+        model's would, and the provider's id inside it must be safe in a URL path."""
+        try:
+            decoded = dict(self._decode_id(response_id))
+        except Exception:  # not one of LiteLLM's: the provider's own id
+            decoded = {}
+        inner = str(decoded.get("response_id") or response_id)
+        reason = unsafe_id(inner) or ("it contains '/'" if "/" in inner else None)
+        if reason is not None:
+            raise ApiError(
+                400, f"Invalid response id: {reason}.", param="response_id", code="invalid_response_id"
+            )
+        provider = str(decoded.get("custom_llm_provider") or "openai")
+        target = self._upstream.endpoint(credential, provider, name=provider)
         target.pop("max_retries", None)
         target.setdefault("custom_llm_provider", "openai")
         return target

@@ -9,7 +9,8 @@ import pytest
 
 from memproxy.api.fast_responses import litellm_id, serves_responses
 from memproxy.auth import Credential
-from memproxy.config import UpstreamSettings
+from memproxy.config import ConfigError, ServerSettings, UpstreamSettings
+from memproxy.errors import ApiError
 from memproxy.fastpath import FastPaths, FastRoute
 from memproxy.relay import event_start
 from memproxy.upstream import Upstream
@@ -24,7 +25,8 @@ def paths(mode: str = "auto", **upstream: Any) -> FastPaths:
 
 @pytest.fixture(autouse=True)
 def no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "GROQ_API_KEY", "ANTHROPIC_API_KEY"):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "GROQ_API_KEY", "ANTHROPIC_API_KEY",
+                 "LLAMAFILE_API_BASE"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 
@@ -51,7 +53,7 @@ def test_provider_prefixes_resolve_to_their_openai_compatible_base() -> None:
 
 
 @pytest.mark.parametrize(
-    "model", ["azure/gpt-4o", "anthropic/claude-3-5-sonnet", "ollama_chat/llama3", "gemini/gemini-pro",
+    "model", ["azure/gpt-4o", "anthropic/claude-3-5-sonnet", "gemini/gemini-pro",
               "bedrock/anthropic.claude-v2", "no-provider-known"],
 )  # fmt: skip
 def test_other_providers_keep_litellms_translation(model: str) -> None:
@@ -67,8 +69,54 @@ def test_keys_mode_uses_the_server_key_then_the_providers_env(monkeypatch: pytes
     route = paths(api_base="http://h/v1", api_key="sk-server").route("m", SERVER_SIDE)
     assert route is not None and route.api_key == "sk-server"
     monkeypatch.setenv("GROQ_API_KEY", "sk-groq-env")
-    groq = paths().route("groq/llama3-8b", SERVER_SIDE)
+    groq = paths(allow_providers=["groq"]).route("groq/llama3-8b", SERVER_SIDE)
     assert groq is not None and groq.api_key == "sk-groq-env"
+
+
+def test_the_servers_credentials_reach_only_configured_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GROQ_API_KEY", "sk-groq-env")
+    fast = paths(api_key="sk-server", allow_providers=["openai"])
+    assert fast.route("gpt-4o-mini", SERVER_SIDE) is not None
+    for model in ("groq/llama3-8b", "llamafile/x", "ollama_chat/x", "openrouter/x", "no-provider-known"):
+        with pytest.raises(ApiError) as refused:
+            fast.route(model, SERVER_SIDE)
+        assert (refused.value.status, refused.value.code) == (400, "model_not_found")
+
+
+def test_a_cached_route_is_still_checked_with_each_callers_credential() -> None:
+    fast = paths(api_key="sk-server")
+    assert fast.route("groq/llama3-8b", CALLER) is not None  # resolved and cached for a passthrough caller
+    with pytest.raises(ApiError, match="not available"):
+        fast.route("groq/llama3-8b", SERVER_SIDE)
+    with pytest.raises(ApiError, match="not available"):
+        fast.messages_route("groq/llama3-8b", SERVER_SIDE)
+
+
+def test_a_callers_own_key_may_not_reach_local_defaults_the_operator_did_not_configure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for model in ("llamafile/x", "lemonade/x", "docker_model_runner/x"):
+        with pytest.raises(ApiError, match="machine or network"):
+            paths().route(model, CALLER)
+    assert paths(allow_providers=["llamafile"]).route("llamafile/x", CALLER) is not None
+    monkeypatch.setenv("LLAMAFILE_API_BASE", "http://127.0.0.1:9/v1")  # the operator's own choice
+    chosen = paths().route("llamafile/x", CALLER)
+    assert chosen is not None and chosen.base_url == "http://127.0.0.1:9/v1"
+
+
+def test_memproxys_own_address_is_refused_even_when_configured() -> None:
+    own = ServerSettings(host="127.0.0.1", port=8080)
+    fast = FastPaths(Upstream(UpstreamSettings(allow_providers=["llamafile"]), own), "auto")
+    with pytest.raises(ApiError, match="itself"):
+        fast.route("llamafile/llamafile/x", SERVER_SIDE)
+    looped = FastPaths(Upstream(UpstreamSettings(api_base="http://localhost:8080/v1"), own), "auto")
+    with pytest.raises(ApiError, match="itself"):
+        looped.route("m", CALLER)
+
+
+def test_unknown_allow_providers_stop_the_start() -> None:
+    with pytest.raises(ConfigError, match="opneai"):
+        Upstream(UpstreamSettings(allow_providers=["opneai"]))
 
 
 def test_off_means_never() -> None:
@@ -79,9 +127,11 @@ def test_stored_responses_live_at_the_default_route() -> None:
     assert paths(api_base="http://127.0.0.1:9/v1/").stored_route(CALLER) == FastRoute(
         "openai", "http://127.0.0.1:9/v1", "", "sk-caller", 600.0
     )
-    assert paths().stored_route(SERVER_SIDE) == FastRoute(
+    assert paths(allow_providers=["openai"]).stored_route(SERVER_SIDE) == FastRoute(
         "openai", "https://api.openai.com/v1", "", None, 600.0
     )
+    with pytest.raises(ApiError, match="not available"):
+        paths().stored_route(SERVER_SIDE)
     assert paths("off").stored_route(CALLER) is None
 
 
@@ -111,7 +161,7 @@ def test_anthropic_models_are_fast_for_messages_only(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("ANTHROPIC_API_BASE", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
-    fast = paths()
+    fast = paths(allow_providers=["anthropic", "openai"])
     assert fast.route("anthropic/claude-sonnet-4-5", CALLER) is None  # chat needs LiteLLM's translation
     assert fast.messages_route("anthropic/claude-sonnet-4-5", SERVER_SIDE) == FastRoute(
         "anthropic", "https://api.anthropic.com", "claude-sonnet-4-5", "sk-ant-env", 600.0
