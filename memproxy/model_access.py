@@ -10,18 +10,19 @@ Invariants:
   refuse a key that is present; that shows in the job's ``last_error``).
 - A model call counts as credentialed when a key reaches it the way the call itself
   would get one: an ``upstream.models`` alias's ``api_key``, ``upstream.api_key``, the
-  provider's environment variable (as LiteLLM reports it), or — for extraction only —
-  a keyless ``upstream.api_base`` (the extractor sends a placeholder key there; the
-  embedder does not).
+  provider's environment variable (as LiteLLM reports it; set but empty is no key), or —
+  for extraction only — a keyless ``upstream.api_base`` (the extractor sends a placeholder
+  key there; the embedder does not).
 - A gap is reported, never enforced: serving and extraction still start (some providers
   authenticate in ways this cannot see, e.g. cloud instance roles).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,15 +58,31 @@ def _missing_env(model: str, api_base: str | None, environ: Mapping[str, str]) -
     """Environment variables the provider of ``model`` needs and lacks; None when it has them."""
     litellm = import_litellm()
     if api_base:
-        return None if environ.get("OPENAI_API_KEY") else ("OPENAI_API_KEY",)
+        return None if environ.get("OPENAI_API_KEY", "").strip() else ("OPENAI_API_KEY",)
     try:
-        found = litellm.validate_environment(model=model)
+        with _empty_variables_unset(environ):
+            found = litellm.validate_environment(model=model)
     except Exception:  # an unknown provider: LiteLLM cannot tell, so neither can we
         return None
     if found.get("keys_in_environment"):
         return None
     missing = tuple(str(k) for k in found.get("missing_keys") or ())
-    return tuple(k for k in missing if not environ.get(k)) or None
+    return tuple(k for k in missing if not environ.get(k, "").strip()) or None
+
+
+@contextlib.contextmanager
+def _empty_variables_unset(environ: Mapping[str, str]) -> Iterator[None]:
+    """LiteLLM counts a variable that is set but empty (``OPENAI_API_KEY=``, as compose and
+    ``-e NAME`` leave it) as a key, though no call can authenticate with it: hide such
+    variables from it while it looks (at start-up, for microseconds), then put them back."""
+    empty = {name: os.environ[name] for name, value in environ.items()
+             if not value.strip() and not os.environ.get(name, "-").strip()}  # fmt: skip
+    for name in empty:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(empty)
 
 
 def _gap(settings: Settings, setting: str, name: str, keyless_base_ok: bool,
