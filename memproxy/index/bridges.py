@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from memproxy.index.lexical import tokenize
+from memproxy.index.lexical import terms as index_terms
 
 # How many of the best results lend their names, and how strong they must be.
 SOURCES = 3
@@ -46,12 +46,12 @@ _CAPITALIZED = re.compile(r"\b[^\W\d_][\w'’-]*", re.UNICODE)
 
 def capitalized_terms(text: str) -> list[str]:
     """Index terms of the words written with a capital letter (names, places, products)."""
-    terms: list[str] = []
+    found: list[str] = []
     for match in _CAPITALIZED.finditer(text):
         word = match.group(0)
         if word[0].isupper():
-            terms.extend(tokenize(word))
-    return list(dict.fromkeys(terms))
+            found.extend(index_terms(word))
+    return list(dict.fromkeys(found))
 
 
 def bridge_terms(text: str, query: str, doc_freq: dict[str, int], scope_size: int) -> list[str]:
@@ -60,7 +60,7 @@ def bridge_terms(text: str, query: str, doc_freq: dict[str, int], scope_size: in
     ``doc_freq`` maps each candidate term (``capitalized_terms(text)``) to how many of the
     scope's ``scope_size`` memories contain it.
     """
-    asked = set(tokenize(query))
+    asked = set(index_terms(query))
     # Never a term in half the scope or more: in a tiny scope, "User" of "User's cat …".
     most = min(MAX_DF, max(2, int(scope_size * MAX_SHARE)), (scope_size - 1) // 2)
     return [

@@ -51,6 +51,7 @@ from memproxy.index.changelog import (
     resets_after,
 )
 from memproxy.index.embedder import Embedder
+from memproxy.index.fusion import fuse
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.rowcache import RowCache
 from memproxy.index.snapshot import SnapshotError
@@ -91,7 +92,8 @@ class LoadedScope:
 @dataclass
 class Candidates:
     vector: list[tuple[int, float]]  # (num, cosine), best first
-    lexical: list[tuple[int, float]]  # (num, BM25), best first
+    ranked: list[int]  # the best nums by context fusion (``memproxy.index.fusion``), best first
+    fused: dict[int, float]  # their fused scores
     term_idf: dict[str, float]  # IDF of the query terms known to the scope
     seq: int = 0  # the change seq the index reflected when it was searched
     rows: dict[int, object] = field(default_factory=dict)  # cached rows of hit nums, as of ``seq``
@@ -128,9 +130,11 @@ class IndexManager:
         query: str,
         k: int,
         *,
+        keep: int,
         catch_up: bool = True,
     ) -> Candidates:
-        """Up to ``k`` vector and ``k`` BM25 candidates of a scope, after catching up.
+        """The ``keep`` best nums of a scope by context fusion of ``k`` vector candidates and
+        every BM25 score (``memproxy.index.fusion``), after catching up.
 
         ``catch_up=False`` searches the index as it is and reports the change seq it reflects
         (``Candidates.seq``): a caller that reads ``latest_seq`` in the same database round
@@ -147,10 +151,11 @@ class IndexManager:
                     vec_hits = await asyncio.to_thread(vectors.search, vector, k)
                 else:
                     vec_hits = vectors.search(vector, k)
-            lex_hits = entry.lexical.search(query, k)
+            fused = fuse(entry.lexical.score_all(query), vec_hits, vectors, vector, k)
+            ranked = sorted(fused, key=lambda num: (-fused[num], num))[:keep]
             term_idf = entry.lexical.term_idf(query)
-            cached = entry.rows.pick([num for num, _ in vec_hits] + [num for num, _ in lex_hits])
-            return Candidates(vec_hits, lex_hits, term_idf, entry.seq, cached, entry.epoch)
+            cached = entry.rows.pick(ranked)
+            return Candidates(vec_hits, ranked, fused, term_idf, entry.seq, cached, entry.epoch)
 
     def remember_rows(self, scope: Scope, found: Candidates, seq: int, rows: dict[int, object]) -> None:
         """Cache rows read at change ``seq`` for a search that returned ``found``, if they are

@@ -1,36 +1,35 @@
-"""Hybrid search scoring: fuse vector and BM25 candidates, gate them on evidence, score them.
+"""Hybrid search scoring: gate candidates on evidence and give each an absolute score.
 
-How a search works (``MemoryStore.search`` orchestrates it):
-1. The query is embedded (as a query); the scope's FAISS index yields
-   ``candidate_count(top_k)`` nearest vectors and its BM25 index as many keyword matches.
-2. The two ranked lists are fused with reciprocal rank fusion,
-   ``rrf(d) = sum over lists of 1 / (RRF_K + rank_d)`` with ``RRF_K = 60`` (Cormack et al.
-   2009: large enough that one list's top rank does not drown the other's); the best
-   ``top_k * POOL_FACTOR`` by RRF plus the best ``top_k`` of each list are hydrated from
-   SQLite by num. That drops anything deleted or expired since the index saw it.
-3. **Evidence gate.** A query made only of small talk ("hi", "thanks a lot", "good
-   morning", "see you later": every indexed term is a greeting, thanks, acknowledgement,
-   farewell or laughter word, ``SMALL_TALK``) searches nothing. Otherwise a memory is kept only if it shares an indexed (non-stopword) term
-   with the query (lexical evidence) or its cosine to the query is above the embedder's
-   ``floor`` (semantic evidence: above what unrelated text reaches in that space, see
+How a search works (``memproxy.memory.search`` orchestrates it):
+1. The query is embedded (as a query); the scope's FAISS index yields its nearest vectors
+   and BM25 scores every memory, alone and joined with the memory before it; the two are
+   fused into the rank order (``memproxy.index.fusion``), and the best
+   ``top_k * POOL_FACTOR`` are read from the database by num. That drops anything deleted
+   or expired since the index saw it.
+2. **Evidence gate.** A query made only of small talk ("hi", "thanks a lot", "good
+   morning", "see you later": every indexed word is a greeting, thanks, acknowledgement,
+   farewell or laughter word, ``SMALL_TALK``) searches nothing. Otherwise a memory is kept
+   only if it shares an indexed term (a stem, ``memproxy.index.lexical.terms``) with the
+   query (lexical evidence) or its cosine to the query is above the embedder's ``floor``
+   (semantic evidence: above what unrelated text reaches in that space, see
    ``memproxy.index.calibration``). "hi" shares no term and no meaning with a memory, so
    nothing is recalled for it, whatever ``min_score`` says.
-4. Each remaining memory gets an absolute **score** in [0, 1]:
+3. Each remaining memory gets an absolute **score** in [0, 1]:
    ``score = 1 - (1 - v) * (1 - l)`` (a probabilistic OR), where
    ``v = (cosine - floor) / (1 - floor)`` clipped to [0, 1] (the cosine above the noise
    level, so ``v`` means the same for every embedder) and ``l`` is the IDF-weighted share
-   of the query's indexed terms the memory contains (with the hash embedder a word counts
-   up to a crude stem, "live" in "User lives in Paris": see ``default_ranking``). A memory matching a rare exact
-   keyword (a product code, a name) scores high even when the vectors disagree, and a
-   paraphrase scores its semantic similarity.
-5. Results with ``score < min_score`` are dropped; the rest are returned by score, best
-   first (RRF breaks ties), except that memories sharing a rare name with one of the best
-   results are placed right behind it (the second hop, ``memproxy.index.bridges``). ``min_score`` is an absolute relevance floor: 0 keeps every
-   memory with evidence, 1 only exact matches; ``recall.min_score``'s default is chosen
-   on bench/retrieval_quality.py.
+   of the query's terms the memory contains ("live" in "User lives in Paris": terms are
+   stems), times ``lexical_weight``. A memory matching a rare exact keyword (a product
+   code, a name) scores high even when the vectors disagree, and a paraphrase scores its
+   semantic similarity.
+4. Results with ``score < min_score`` are dropped; the rest are returned in the fused
+   order, except that memories sharing a rare name with one of the best results are placed
+   right behind it (the second hop, ``memproxy.index.bridges``). ``min_score`` is an
+   absolute relevance floor on the memory's own evidence: 0 keeps every memory with
+   evidence, 1 only exact matches.
 
 ``Ranking`` holds the knobs; its defaults are the tuned pipeline, and
-``Ranking.legacy()`` is the pipeline before the gate (kept to measure against).
+``Ranking.legacy()`` is the scoring before the gate (kept to measure against).
 """
 
 from __future__ import annotations
@@ -42,9 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.index.lexical import tokenize
+from memproxy.index.lexical import terms, tokenize
 
-RRF_K = 60
 # Words of phatic talk. A query with no other indexed term carries no topic to search for:
 # without this, "good morning" finds "I study every morning" by its shared word.
 SMALL_TALK = frozenset(
@@ -55,9 +53,7 @@ SMALL_TALK = frozenset(
     soon going sounds got gotcha understood noted agreed indeed exactly totally absolutely definitely much
     lot lots really sup whats hows please pls anyway""".split()
 )
-CANDIDATE_FACTOR = 4
 POOL_FACTOR = 3
-MIN_CANDIDATES = 20
 
 
 @dataclass(frozen=True)
@@ -70,11 +66,9 @@ class Ranking:
     rescale: bool = True
     # Also drop results scoring below this share of the best result's score.
     relative: float = 0.0
-    # How much a full keyword match counts against a full semantic one (see ``default_ranking``).
+    # How much a full keyword match counts against a full semantic one in the score (see
+    # ``default_ranking``).
     lexical_weight: float = 1.0
-    # A query word is present in a memory up to a crude stem ("live" in "lives"); see
-    # ``default_ranking`` for when.
-    stems: bool = False
     # Follow names in the best results to the memories that continue them (a second hop,
     # ``memproxy.index.bridges``).
     bridges: bool = True
@@ -82,7 +76,7 @@ class Ranking:
     @classmethod
     def legacy(cls) -> Ranking:
         """Scoring before the evidence gate: raw cosine, every candidate kept, one hop."""
-        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0, stems=False, bridges=False)
+        return cls(gate=False, rescale=False, relative=0.0, lexical_weight=1.0, bridges=False)
 
 
 DEFAULT_RANKING = Ranking()
@@ -91,15 +85,14 @@ NEURAL_RANKING = Ranking(lexical_weight=0.5)
 
 
 def default_ranking(identity: str) -> Ranking:
-    """The ranking for an embedder (measured with bench/retrieval_quality.py).
+    """The ranking for an embedder.
 
-    The hash embedder's vectors only see words: it cannot relate "live" and "lives", so it
-    gets stems, and keywords count fully (one shared word among several, "tell me about my
-    cat", must stay above ``recall.min_score``: it has nothing else). A neural model relates
-    words itself: stems there only let near-misses in (MiniLM R@5 93.0 -> 89.1), and keywords
-    at half weight put the evidence first more often (MiniLM R@1 52.6 -> 57.7, 39.2 -> 44.1 on
-    the hard set; R@5 93.1 -> 95.1 and 77.8 -> 80.9; R@10 unchanged)."""
-    return Ranking(stems=True) if identity.startswith("hash:") else NEURAL_RANKING
+    The hash embedder's vectors only see words, so keywords count fully in its score (one
+    shared word among several, "tell me about my cat", must stay above ``recall.min_score``:
+    it has nothing else). A neural model's score leans on meaning: keywords count half (on
+    the generated set that put the evidence first more often; the order is the fused one
+    either way)."""
+    return DEFAULT_RANKING if identity.startswith("hash:") else NEURAL_RANKING
 
 
 def is_small_talk(query: str) -> bool:
@@ -107,79 +100,28 @@ def is_small_talk(query: str) -> bool:
     return all(term in SMALL_TALK for term in tokenize(query))
 
 
-def candidate_count(top_k: int) -> int:
-    return max(MIN_CANDIDATES, top_k * CANDIDATE_FACTOR)
-
-
-def rrf_fuse(*ranked_lists: list[tuple[int, float]], k: int = RRF_K) -> dict[int, float]:
-    """Reciprocal rank fusion of lists of ``(num, score)``, each best first."""
-    fused: dict[int, float] = {}
-    for ranked in ranked_lists:
-        for rank, (num, _score) in enumerate(ranked, start=1):
-            fused[num] = fused.get(num, 0.0) + 1.0 / (k + rank)
-    return fused
-
-
-def top_fused(fused: dict[int, float], limit: int) -> list[int]:
-    return sorted(fused, key=lambda num: (-fused[num], num))[:limit]
-
-
-def candidate_pool(
-    vector_hits: list[tuple[int, float]], lexical_hits: list[tuple[int, float]], top_k: int
-) -> tuple[list[int], dict[int, float]]:
-    """The nums worth hydrating and scoring, plus their RRF scores.
-
-    The best ``top_k`` of *each* list always get in: RRF alone favours items that are
-    mediocre in both lists over the single best keyword match (a product code that only
-    BM25 sees ranks below forty near-paraphrases that both lists see). RRF fills the rest.
-    """
-    fused = rrf_fuse(vector_hits, lexical_hits)
-    heads = [num for num, _ in lexical_hits[:top_k]] + [num for num, _ in vector_hits[:top_k]]
-    pool = list(dict.fromkeys(heads + top_fused(fused, top_k * POOL_FACTOR)))
-    return pool, fused
-
-
-_SUFFIXES = ("ies", "ing", "ed", "es", "s")
-
-
-@functools.lru_cache(maxsize=65_536)  # scoring stems every word of every candidate, per search
-def stem(word: str) -> str:
-    """A crude English stem: "live"/"lives"/"lived"/"living" -> "liv", "cities" -> "city".
-
-    Only for deciding whether a query word is present in a memory (BM25 itself matches
-    exact words): without it "where do I live?" has no evidence in "User lives in Paris".
-    """
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[:-3] + "y" if suffix == "ies" else word[: -len(suffix)]
-    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
-
-
 @functools.lru_cache(maxsize=16_384)  # a scope's memories come back search after search
-def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
-    """A memory's indexed terms, and their stems."""
-    present = frozenset(tokenize(text))
-    return present, frozenset(stem(word) for word in present)
+def _words(text: str) -> frozenset[str]:
+    """A memory's indexed terms (stems)."""
+    return frozenset(terms(text))
 
 
-def term_coverage(text: str, term_idf: dict[str, float], stems: bool = True) -> float:
-    """IDF-weighted fraction of the query terms (``term_idf``) present in ``text`` (up to a stem)."""
-    return coverage_of(term_idf, stems)(text)
+def term_coverage(text: str, term_idf: dict[str, float]) -> float:
+    """IDF-weighted fraction of the query terms (``term_idf``) present in ``text``."""
+    return coverage_of(term_idf)(text)
 
 
-def coverage_of(term_idf: dict[str, float], stems: bool = True) -> Callable[[str], float]:
+def coverage_of(term_idf: dict[str, float]) -> Callable[[str], float]:
     """``term_coverage`` with the query's side (total weight, stems) worked out once: a search
     scores dozens of candidates against the same query."""
     total = sum(term_idf.values())
     if total <= 0:
         return lambda _text: 0.0
-    terms = [(term, stem(term) if stems else term, idf / total) for term, idf in term_idf.items()]
+    weights = [(term, idf / total) for term, idf in term_idf.items()]
 
     def coverage(text: str) -> float:
-        present, stemmed = _words(text)
-        if not stems:
-            return sum(weight for term, _, weight in terms if term in present)
-        return sum(weight for term, root, weight in terms if term in present or root in stemmed)
+        present = _words(text)
+        return sum(weight for term, weight in weights if term in present)
 
     return coverage
 

@@ -31,11 +31,11 @@ from memproxy.engine import Connection
 from memproxy.index import bridges
 from memproxy.index.changelog import latest_seq
 from memproxy.index.embedder import Embedder
+from memproxy.index.fusion import pool_size
 from memproxy.index.manager import Candidates, IndexManager
 from memproxy.index.scoring import (
+    POOL_FACTOR,
     Ranking,
-    candidate_count,
-    candidate_pool,
     cosine,
     cosines,
     coverage_of,
@@ -81,17 +81,20 @@ class HybridSearch:
                 vector = np.asarray(vectors[0], dtype=np.float32)
             except Exception as exc:  # a down embedding provider must not break keyword search
                 log.warning("query embedding failed, searching lexically only: %s", exc)
-        found, pool, fused, hydrated = await self._candidates(scope, vector, query, top_k)
+        found, hydrated = await self._candidates(scope, vector, query, top_k)
+        fused = found.fused
         scored = []
-        present = [num for num in pool if num in hydrated]  # the rest was deleted or expired since
-        coverage = coverage_of(found.term_idf, ranking.stems)
+        present = [num for num in found.ranked if num in hydrated]  # the rest was deleted or expired since
+        coverage = coverage_of(found.term_idf)
         memories = [hydrated[num][0] for num in present]
         scores = relevances(cosines(vector, [hydrated[num][1] for num in present]),
                             [coverage(memory.text) for memory in memories], self.embedder.floor, ranking)  # fmt: skip
         for num, memory, score in zip(present, memories, scores, strict=True):
             if score is not None and score >= min_score:
                 scored.append((memory, score, fused[num]))
-        scored.sort(key=lambda item: (-item[1], -item[2]))
+        # The fused order (own and context evidence, ``memproxy.index.fusion``) ranks; the score
+        # is the memory's own relevance, what ``min_score`` and the gate judge.
+        scored.sort(key=lambda item: -item[2])
         if scored and ranking.bridges:
             scored = await self._follow_bridges(
                 scope, query, vector, found.term_idf, scored, min_score, ranking
@@ -103,31 +106,30 @@ class HybridSearch:
 
     async def _candidates(
         self, scope: Scope, vector: npt.NDArray[np.float32] | None, query: str, top_k: int
-    ) -> tuple[Candidates, list[int], dict[int, float], Hydrated]:
+    ) -> tuple[Candidates, Hydrated]:
         """The index's candidates and their rows, as the database holds them now.
 
         The scope's change seq is read on the database's thread while the index is searched;
         when it equals the seq the index reflects and every candidate's row is in the index
         entry's row cache, that read is the search's only round trip. Otherwise the missing
         rows are read with the seq in one snapshot (after a catch-up if the index was behind)."""
-        now, identity, count = self.clock(), self.embedder.identity, candidate_count(top_k)
+        now, identity = self.clock(), self.embedder.identity
+        count, keep = pool_size(top_k), top_k * POOL_FACTOR
         # Queued now, so it runs on the database's thread while FAISS (which releases the GIL)
         # scans on this one; if the search fails, the read still settles (its breaker too).
         seq_read = asyncio.ensure_future(self.db.run(lambda c: latest_seq(c, scope)))
         try:
-            found = await self.index.search(scope, vector, query, count, catch_up=False)
+            found = await self.index.search(scope, vector, query, count, keep=keep, catch_up=False)
         except BaseException:
             seq_read.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
         seq = await seq_read
-        pool, fused = candidate_pool(found.vector, found.lexical, top_k)
-        cached, missing = _split_cached(found, pool, now)
+        cached, missing = _split_cached(found, now)
         if seq == found.seq and not missing:
-            return found, pool, fused, cached
+            return found, cached
         if seq != found.seq:  # changed since the index last caught up: catch up, search again
-            found = await self.index.search(scope, vector, query, count)
-            pool, fused = candidate_pool(found.vector, found.lexical, top_k)
-            cached, missing = _split_cached(found, pool, now)
+            found = await self.index.search(scope, vector, query, count, keep=keep)
+            cached, missing = _split_cached(found, now)
 
         def read(c: Connection, nums: list[int]) -> tuple[Hydrated, int]:
             with c.read_snapshot():
@@ -136,10 +138,10 @@ class HybridSearch:
         fresh, seq = await self.db.run(lambda c: read(c, missing))
         if seq == found.seq:
             self.index.remember_rows(scope, found, seq, {num: fresh.get(num) for num in missing})
-            return found, pool, fused, {**cached, **fresh}
+            return found, {**cached, **fresh}
         # Changed again meanwhile: no cached row can be trusted; read the whole pool as it is now.
-        fresh, _ = await self.db.run(lambda c: read(c, pool))
-        return found, pool, fused, fresh
+        fresh, _ = await self.db.run(lambda c: read(c, found.ranked))
+        return found, fresh
 
     async def _follow_bridges(
         self,
@@ -178,18 +180,18 @@ class HybridSearch:
                 if num not in hydrated:
                     continue
                 child, blob = hydrated[num]
-                own = relevance(cosine(vector, blob), term_coverage(child.text, term_idf, ranking.stems),
+                own = relevance(cosine(vector, blob), term_coverage(child.text, term_idf),
                                 self.embedder.floor, ranking)  # fmt: skip
                 bridged.append((child, bridges.bridged_score(score, own), 0.0))
             ordered += sorted((item for item in bridged if item[1] >= min_score), key=lambda item: -item[1])
         return ordered
 
 
-def _split_cached(found: Candidates, pool: list[int], now: float) -> tuple[Hydrated, list[int]]:
-    """The pool's cached rows that are still visible (unexpired), and the nums not cached."""
+def _split_cached(found: Candidates, now: float) -> tuple[Hydrated, list[int]]:
+    """The ranked nums' cached rows that are still visible (unexpired), and the nums not cached."""
     cached: Hydrated = {}
     missing: list[int] = []
-    for num in pool:
+    for num in found.ranked:
         if num not in found.rows:
             missing.append(num)
             continue

@@ -100,7 +100,7 @@ def test_scores_are_measured_from_the_embedders_floor() -> None:
     assert relevance(0.1, 0.0, floor=0.185, ranking=Ranking.legacy()) == pytest.approx(0.1)
 
 
-def test_a_word_counts_up_to_its_stem_for_the_hash_embedder(tmp_path: Path) -> None:
+def test_a_word_counts_up_to_its_stem(tmp_path: Path) -> None:
     found = search_all(tmp_path, HashEmbedder(256), ["where do I live?", "cats"], min_score=0.1)
     assert [text for text, _ in found["where do I live?"]] == ["User lives in a flat in Lisbon."]
     assert [text for text, _ in found["cats"]] == ["User's cat is called Biscuit."]
@@ -121,7 +121,7 @@ def test_cosines_match_one_by_one_and_skip_vectors_of_another_space() -> None:
 
 @pytest.mark.parametrize(
     "ranking",
-    [Ranking(), Ranking(gate=False), Ranking(rescale=False), Ranking(lexical_weight=0.5, stems=True)],
+    [Ranking(), Ranking(gate=False), Ranking(rescale=False), Ranking(lexical_weight=0.5)],
 )
 @pytest.mark.parametrize("floor", [0.0, 0.185, 0.8, 1.0])
 def test_relevances_of_many_equal_relevance_of_each(ranking: Ranking, floor: float) -> None:
