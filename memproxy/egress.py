@@ -35,7 +35,9 @@ LOCAL_DEFAULTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "langflow": ("http://localhost:7860", ("LANGFLOW_API_BASE",)),
     "docker_model_runner": ("http://localhost:22088/engines/llama.cpp", ("DOCKER_MODEL_RUNNER_API_BASE",)),
     "ragflow": ("http://localhost:9380", ("RAGFLOW_API_BASE",)),
-    "a2a": ("http://0.0.0.0:9999", ()),  # needs a base; its documented example is local
+    # These need a base; their documented examples are local, which is where a default would go.
+    "a2a": ("http://0.0.0.0:9999", ()),
+    "mongodb": ("http://127.0.0.1:8080", ()),
     # Not a destination but this machine itself: the model is loaded and run in-process.
     "vllm": ("http://0.0.0.0:8000", ()),
     "petals": ("http://0.0.0.0", ()),
