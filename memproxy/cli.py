@@ -79,26 +79,34 @@ def check_storage(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from memproxy.serve import BindError, bind_port, quiet_library_loaders, run_server
+
     settings = load(args)
-    check_storage(settings)
-    check_embedder(settings)
-
-    from memproxy.api.access_log import configure_logging
-    from memproxy.serve import run_server
-
-    check_data_dir(settings)
     if getattr(args, "workers", None) is not None:
         settings.server.workers = args.workers
-    configure_logging(settings.server)
-    dump_stacks_on_sigusr1()
-    if not args.offline:
-        return run_server(settings, settings.server.workers)
-    if settings.server.workers > 1:
+    workers = settings.server.workers
+    if args.offline and workers > 1:
         raise ConfigError("--offline serves from one process: leave out --workers and server.workers")
-    from memproxy.offline import offline_upstream
+    try:  # before the checks and the load below, which take seconds
+        listener = bind_port(settings.server, workers)
+    except BindError as exc:
+        raise ConfigError(str(exc)) from None
+    with listener:
+        check_storage(settings)
+        check_embedder(settings)
 
-    with offline_upstream(settings):
-        return run_server(settings, 1)
+        from memproxy.api.access_log import configure_logging
+
+        check_data_dir(settings)
+        configure_logging(settings.server)
+        quiet_library_loaders()
+        dump_stacks_on_sigusr1()
+        if not args.offline:
+            return run_server(settings, workers, listener)
+        from memproxy.offline import offline_upstream
+
+        with offline_upstream(settings):
+            return run_server(settings, 1, listener)
 
 
 def cmd_fake_upstream(args: argparse.Namespace) -> int:
@@ -116,12 +124,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
 
     from memproxy.api.access_log import configure_logging
+    from memproxy.serve import quiet_library_loaders
     from memproxy.services import run_worker_process
 
     settings = load(args)
     check_storage(settings)
     check_data_dir(settings)
     configure_logging(settings.server)
+    quiet_library_loaders()
     dump_stacks_on_sigusr1()
     asyncio.run(run_worker_process(settings))
     return 0

@@ -36,9 +36,16 @@ def offline_upstream(settings: Settings) -> Iterator[str]:
     with BackgroundServer(ScriptedUpstream().app) as fake:
         url = fake.url + "/v1"
         settings.upstream.api_base = url
-        log.warning("OFFLINE mode: model calls go to %s (%s); any bearer token works, no key is needed",
-                    url, SCRIPTED)  # fmt: skip
+        log.warning("OFFLINE mode: model calls go to %s (%s); %s", url, SCRIPTED, who_may_call(settings))
         yield url
+
+
+def who_may_call(settings: Settings) -> str:
+    """What a client needs in offline mode: the configured auth still holds."""
+    if settings.auth.mode == "passthrough":
+        return "no provider key is needed: any bearer token works (each token is its own tenant)"
+    return (f"no provider key is needed, but auth.mode is keys: clients need one of the "
+            f"{len(settings.auth.keys)} configured auth.keys (another gets 401)")  # fmt: skip
 
 
 def run_fake_upstream(host: str, port: int) -> int:

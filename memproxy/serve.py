@@ -10,6 +10,11 @@ listening, so the address stays taken between worker restarts and a busy port fa
 once. Workers are started with ``spawn`` and receive the settings the command resolved
 (file, environment, ``--host``/``--port``) as an argument; nothing else travels.
 
+Start-up order: the port is bound first (``bind_port``, before the model and the app load,
+which take seconds), so a port in use is one line at once, not uvicorn's ``[Errno 98]``
+after the load. The bound socket is what one process serves on; with ``--workers`` it is
+the supervisor's holder.
+
 What sharing one data dir between processes relies on (each is a full memproxy app):
 - SQLite in WAL mode: readers never block, one writer at a time, ``busy_timeout`` absorbs
   contention; migrations run in ``BEGIN IMMEDIATE`` so concurrent starts apply them once.
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import logging
 import multiprocessing
 import os
@@ -51,7 +57,7 @@ import threading
 import time
 from multiprocessing.process import BaseProcess
 
-from memproxy.config import Settings
+from memproxy.config import ServerSettings, Settings
 
 log = logging.getLogger("memproxy.serving")
 
@@ -64,8 +70,33 @@ STARTUP_FAILURE = 3
 _STOP_MARGIN_S = 10.0
 
 
-def run_server(settings: Settings, workers: int) -> int:
-    """Serve until SIGTERM/SIGINT; the exit code (0 after a clean shutdown)."""
+class BindError(Exception):
+    """The configured address cannot be bound; the message is the one line to show."""
+
+
+def bind_port(server: ServerSettings, workers: int) -> socket.socket:
+    """The serving socket, bound (resolving port 0) and not yet listening.
+
+    With ``workers > 1`` it is ``SO_REUSEPORT`` so the workers' sockets can join it. Such a
+    bind also succeeds where another ``SO_REUSEPORT`` socket of this user already holds the
+    port (another memproxy's supervisor), which would split the traffic between the two
+    servers; a plain bind first tells that case apart.
+    """
+    if workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        raise BindError("--workers needs SO_REUSEPORT (Linux, BSD, macOS); run one process per port instead")
+    try:
+        if workers > 1 and server.port != 0:
+            port_socket(server.host, server.port, share=False).close()
+        return port_socket(server.host, server.port, share=workers > 1)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise BindError(f"port {server.port} is in use: pass --port or stop the other process") from None
+        raise BindError(f"cannot listen on {server.host}:{server.port}: {exc.strerror or exc}") from None
+
+
+def run_server(settings: Settings, workers: int, listener: socket.socket) -> int:
+    """Serve on ``listener`` (from ``bind_port``) until SIGTERM/SIGINT; the exit code (0
+    after a clean shutdown)."""
     from memproxy.api.app import create_app
     from memproxy.api.serving import serve
 
@@ -73,22 +104,37 @@ def run_server(settings: Settings, workers: int) -> int:
     # process with -SIGTERM; a clean, graceful shutdown should exit 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     if workers <= 1:
-        return serve(create_app(settings), settings)
-    return Supervisor(settings, workers).run()
+        return serve(create_app(settings), settings, sockets=[listener])
+    return Supervisor(settings, workers).run(listener)
 
 
-def port_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` that other ``SO_REUSEPORT`` sockets may share."""
+def port_socket(host: str, port: int, share: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host:port``; with ``share``, other ``SO_REUSEPORT`` sockets may
+    bind beside it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def quiet_library_loaders() -> None:
+    """faiss logs which CPU build it loads at INFO, including a caught
+    ``ModuleNotFoundError`` for a build it then does without, which reads as a failure: at
+    every start. Those lines are shown at DEBUG only."""
+    logging.getLogger("faiss.loader").addFilter(_demote_to_debug)
+
+
+def _demote_to_debug(record: logging.LogRecord) -> bool:
+    if record.levelno <= logging.INFO:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return logging.getLogger(record.name).isEnabledFor(record.levelno)
 
 
 class Supervisor:
@@ -98,24 +144,17 @@ class Supervisor:
         self.stop = threading.Event()
         self.context = multiprocessing.get_context("spawn")
 
-    def run(self) -> int:
-        if not hasattr(socket, "SO_REUSEPORT"):
-            log.error("--workers needs SO_REUSEPORT (Linux, BSD, macOS); run one process per port instead")
-            return 1
+    def run(self, holder: socket.socket) -> int:
+        """``holder``: the port, bound with ``SO_REUSEPORT`` (``bind_port``); it never listens."""
         server = self.settings.server
-        try:
-            holder = port_socket(server.host, server.port)  # resolves port 0; never listens
-        except OSError as exc:
-            log.error("cannot bind %s:%d: %s", server.host, server.port, exc)
-            return 1
         with holder:
             port = int(holder.getsockname()[1])
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda signum, frame: self.stop.set())
             processes = [self._start(port) for _ in range(self.workers)]
             shown = f"[{server.host}]" if ":" in server.host else server.host
-            log.warning("memproxy listening on http://%s:%d with %d worker processes (Ctrl-C to stop)",
-                        shown, port, self.workers)  # fmt: skip
+            log.info("memproxy listening on http://%s:%d with %d worker processes (Ctrl-C to stop)",
+                     shown, port, self.workers)  # fmt: skip
             code = self._watch(processes, port)
             self._stop_all(processes)
         return code
@@ -157,6 +196,7 @@ def worker_main(settings: Settings, port: int) -> None:
     from memproxy.api.access_log import configure_logging
 
     configure_logging(settings.server)
+    quiet_library_loaders()
     try:
         from memproxy.api.app import create_app
         from memproxy.api.serving import serve

@@ -10,7 +10,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_project_is_apache_2_and_says_so_in_its_metadata() -> None:
-    assert "Apache License\n                           Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()
+    assert (
+        "Apache License\n                           Version 2.0, January 2004"
+        in (ROOT / "LICENSE").read_text()
+    )
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
     assert set(project["license-files"]) == {"LICENSE", "NOTICE"}  # shipped in the wheel's dist-info

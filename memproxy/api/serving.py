@@ -156,11 +156,16 @@ class AnnouncingServer(uvicorn.Server):
         super().__init__(config)
         self.announce = announce
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets is not None:  # uvicorn announces only the sockets it bound itself
+            self._log_started_message(sockets)
+
     def _log_started_message(self, listeners: Sequence[socket.SocketType]) -> None:
         for sock in listeners:
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in str(host) else str(host)
-            log.warning(self.announce.format(url=f"http://{shown}:{port}") + " (Ctrl-C to stop)")
+            log.info(self.announce.format(url=f"http://{shown}:{port}") + " (Ctrl-C to stop)")
 
 
 def serve(app: Any, settings: Settings, announce: str | None = "memproxy listening on {url}",
