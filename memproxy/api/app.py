@@ -17,12 +17,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memproxy import __version__
 from memproxy.api import chat, console, messages, openai_routes, ops, responses
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import CLIENT_CLOSED, AccessLogMiddleware
 from memproxy.api.messages import is_anthropic_route
+from memproxy.api.openapi import openapi_schema
 from memproxy.config import Settings
 from memproxy.engine import DatabaseUnavailable
 from memproxy.errors import ApiError, anthropic_error_body
@@ -185,7 +187,9 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await services.close()
 
-    app = FastAPI(title="memproxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    # /openapi.json: the schema clients and fuzzers read (api.openapi); no docs pages (no CDN assets).
+    app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")  # fmt: skip
     app.include_router(chat.router)
     app.include_router(responses.router)
     app.include_router(messages.router)
@@ -207,4 +211,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(TrailingSlashMiddleware)
     app.router.redirect_slashes = False
+    app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
