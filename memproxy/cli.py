@@ -287,35 +287,60 @@ def cmd_migrate_to(args: argparse.Namespace) -> int:
     return 0
 
 
+CONFIG_HELP = "path to config.yaml (default: $MEMPROXY_CONFIG, then ./config.yaml)"
+TENANT_HELP = ("the tenant id, not a token: in auth.mode passthrough a token's tenant is pt_ and 40 hex "
+               "characters (`memproxy tenant --token <token>` prints it); in keys mode an auth.keys "
+               "entry's tenant")  # fmt: skip
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in ``memproxy --help``'s list, ``description`` in its own ``--help``."""
+    return sub.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {description}")
+
+
 def _add_operator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """reindex/export/import: work on the data dir of the config directly (see ``maintenance``)."""
-    reindex = sub.add_parser("reindex", help="rebuild index snapshots from SQLite (with a progress bar)")
+    reindex = _command(sub, "reindex", "rebuild index snapshots from the database (with a progress bar)",
+                       "Re-embeds memories stored by another embedder, rebuilds each scope's index and "
+                       "writes its snapshot; safe while the server runs. Without --scope it also deletes "
+                       "snapshots of scopes that hold no memory.")  # fmt: skip
     reindex.add_argument("--scope", help="only this scope key (a snapshot file's name without .faiss)")
     reindex.set_defaults(func=cmd_reindex)
-    export = sub.add_parser("export", help="write a tenant's memories as JSON Lines")
-    export.add_argument("--tenant", required=True)
-    export.add_argument("--user-id")
-    export.add_argument("--agent-id")
+    export = _command(sub, "export", "write a tenant's memories as JSON Lines",
+                      "One memory per line, in the format `memproxy import` and POST /v1/memories/import "
+                      "read; vectors are not exported (an import re-embeds).")  # fmt: skip
+    export.add_argument("--tenant", required=True, help=TENANT_HELP)
+    export.add_argument("--user-id", help="only this user's memories (the X-Memproxy-User-Id a client sent)")
+    export.add_argument(
+        "--agent-id", help="only this agent's memories (the X-Memproxy-Agent-Id a client sent)"
+    )
     export.add_argument("--out", help="output file (default: stdout)")
     export.set_defaults(func=cmd_export)
-    imp = sub.add_parser("import", help="import JSON Lines into a tenant (texts are re-embedded)")
-    imp.add_argument("--tenant", required=True)
+    imp = _command(sub, "import", "import JSON Lines into a tenant (texts are re-embedded)",
+                   "All or nothing: a file with a bad line (not JSON, a missing field, a text the "
+                   "guards refuse) imports nothing and every bad line is listed by its line number in "
+                   "the file. Lines whose id or text the tenant already has are skipped. Needs the "
+                   "server's data dir (it never creates one).")  # fmt: skip
+    imp.add_argument("--tenant", required=True, help=TENANT_HELP)
     imp.add_argument("file", help="JSON Lines file, or - for stdin")
     imp.set_defaults(func=cmd_import)
-    move = sub.add_parser(
-        "migrate-to", help="copy the SQLite data dir's database into an empty Postgres database"
-    )
+    move = _command(sub, "migrate-to", "copy the SQLite data dir's database into an empty Postgres database",
+                    "Then set storage.url to the same URL; the SQLite file is left as it was.")  # fmt: skip
     move.add_argument(
         "url", help="postgresql://user:pass@host:5432/db (must hold no memories, messages or jobs)"
     )
     move.set_defaults(func=cmd_migrate_to)
 
-    tenant = sub.add_parser("tenant", help="the tenant of a token as the server and its log see it; "
-                            "without --token, every tenant with memories")  # fmt: skip
+    tenant = _command(sub, "tenant", "the tenant of a token as the server and its log see it",
+                      "With --token: the tenant id (stdout) the server derives from it, the one export "
+                      "and import take. Without: every tenant of the database with its memory "
+                      "count.")  # fmt: skip
     tenant.add_argument("--token", help="a bearer token (- reads it from stdin, out of shell history)")
     tenant.set_defaults(func=cmd_tenant)
     for command in (reindex, export, imp, tenant, move):
-        command.add_argument("--config", help="path to config.yaml")
+        command.add_argument("--config", help=CONFIG_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -323,10 +348,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memproxy", description="OpenAI-compatible proxy with long-term memory"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--config", help="path to config.yaml")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve = _command(sub, "serve", "run the proxy",
+                     "OpenAI (chat, Responses), Anthropic Messages and the memory API on one port; "
+                     "settings from config.yaml and MEMPROXY_* variables, --host/--port over "
+                     "both.")  # fmt: skip
+    serve.add_argument("--config", help=CONFIG_HELP)
+    serve.add_argument(
+        "--host", help="address to listen on (default: server.host, 127.0.0.1; 0.0.0.0 for all)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: server.port, 8080; 0 picks a free one)"
+    )
     serve.add_argument("--offline", action="store_true",
                        help="no provider key needed: model calls go to the bundled scripted stand-in")  # fmt: skip
     serve.add_argument(
@@ -335,14 +367,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes serving one port on the same data dir (default: server.workers, 1)",
     )
     serve.set_defaults(func=cmd_serve)
-    fake = sub.add_parser("fake-upstream", help="run the scripted OpenAI-compatible stand-in for a provider")
-    fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=9999)
+    fake = _command(sub, "fake-upstream", "run the scripted OpenAI-compatible stand-in for a provider",
+                    "What serve --offline runs inside itself, alone: point a memproxy at it with "
+                    "MEMPROXY_UPSTREAM__API_BASE=http://HOST:PORT/v1.")  # fmt: skip
+    fake.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    fake.add_argument("--port", type=int, default=9999, help="port to listen on (default: 9999)")
     fake.set_defaults(func=cmd_fake_upstream)
-    demo = sub.add_parser("demo", help="offline demo: a memory captured in one chat, recalled in the next")
+    demo = _command(sub, "demo", "offline demo: a memory captured in one chat, recalled in the next",
+                    "Needs no key, config or network: a throwaway data dir and the scripted "
+                    "stand-in.")  # fmt: skip
     demo.set_defaults(func=cmd_demo)
-    worker = sub.add_parser("worker", help="run only the extraction worker (same data dir as serve)")
-    worker.add_argument("--config", help="path to config.yaml")
+    worker = _command(sub, "worker", "run only the extraction worker (same data dir as serve)",
+                      "For a deployment whose serve processes run with "
+                      "extraction.worker_enabled false.")  # fmt: skip
+    worker.add_argument("--config", help=CONFIG_HELP)
     worker.set_defaults(func=cmd_worker)
     _add_operator_commands(sub)
     return parser
