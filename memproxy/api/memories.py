@@ -242,8 +242,10 @@ async def forget_scope(request: Request, credential: CredentialDep, services: Se
         "history": counts.get("history", 0),
         "messages": counts.get("messages", 0),
         "jobs": counts.get("jobs", 0),
-        # Every stored memory row had exactly one entry in the scope's index.
-        "index_entries": counts.get("memories", 0),
+        # The vectors this process's index held for the scope (superseded ones included), not
+        # the memory count: 0 when no search loaded it here. Other processes drop their copies
+        # on the reset marker forget leaves (index.manager.drop_forgotten).
+        "index_entries": counts.get("index_entries", 0),
         "snapshots": snapshot_files,
     }
     return JSONResponse({"object": "memproxy.forget", "user_id": scope.user_id, "agent_id": scope.agent_id,

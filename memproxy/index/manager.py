@@ -222,18 +222,22 @@ class IndexManager:
                 written += 1
         return written
 
-    async def drop_scope(self, scope: Scope | str) -> None:
-        """Unload a scope and delete its snapshot files (used by forget)."""
+    async def drop_scope(self, scope: Scope | str) -> int:
+        """Unload a scope and delete its snapshot files (used by forget). Returns how many
+        vectors this process held for it (superseded ones included): what forget erased here."""
         key = scope if isinstance(scope, str) else scope.key
         entry = self._scopes.pop(key, None)
+        erased = 0
         if entry is not None:
             async with entry.lock:
+                erased = entry.held_vectors
                 entry.dropped = True
                 entry.vectors, entry.lexical = None, LexicalIndex()
                 entry.rows.clear()
                 await asyncio.to_thread(self._delete_files, key)
         else:
             await asyncio.to_thread(self._delete_files, key)
+        return erased
 
     async def drop_forgotten(self) -> int:
         """Unload scopes forgotten through another process (replica, worker, operator tool)

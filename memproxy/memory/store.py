@@ -235,7 +235,7 @@ class MemoryStore:
                 return rows.forget_scope(conn, scope)
 
         counts = await self.db.run(write)
-        await self.index.drop_scope(scope)
+        counts["index_entries"] = await self.index.drop_scope(scope)
         await self.db.checkpoint()
         return counts
 

@@ -240,7 +240,8 @@ def test_forget_leaves_no_trace_under_the_data_dir(storage: Storage) -> None:
             return counts
 
     counts = asyncio.run(body())
-    assert counts == {"memories": 2, "history": 3, "messages": 1, "jobs": 1, "changes": 3}
+    # index_entries: the vectors the loaded index held for the scope (both memories were searched).
+    assert counts == {"memories": 2, "history": 3, "messages": 1, "jobs": 1, "changes": 3, "index_entries": 2}
     for path, data in all_bytes(storage.data_dir).items():
         assert marker.encode() not in data, path
 
