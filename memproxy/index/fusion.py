@@ -93,28 +93,18 @@ def _cosines(
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Cosine of each slot's vector, and of its vector joined with its context's, to ``query``.
 
-    Vectors are the index's own copies (fp16 in the exhaustive scan: within ~1e-3 of the
-    stored float32, enough to order a pool); a memory without a vector scores 0 alone and
-    contributes nothing to a join."""
+    ``cos(q, v+p) = (q.v + q.p) / |v+p|`` and ``|v+p|^2 = 2 + 2 v.p`` for unit vectors, so
+    the join needs the inner products of the query with both, and of the two with each
+    other (``VectorSet.inner_products``, ``VectorSet.pair_products``). A memory without a
+    vector scores 0 alone and contributes nothing to a join."""
+    nums = lexical.nums[slots].tolist()
     prev = lexical.prev[slots]
-    wanted = np.concatenate([slots, prev[prev >= 0]])
-    nums = lexical.nums[wanted].tolist()
-    found = [vectors.pos.get(num, -1) for num in nums]
-    have = np.asarray([internal >= 0 for internal in found])
-    matrix = np.zeros((len(wanted), vectors.dim), dtype=np.float32)
-    if have.any():
-        ids = np.asarray([internal for internal in found if internal >= 0], dtype=np.int64)
-        matrix[have] = vectors.index.reconstruct_batch(ids)
-    q = query.reshape(-1).astype(np.float32)
-    cos = matrix @ q
-    count = len(slots)
-    own_vec, own_cos = matrix[:count], cos[:count].astype(np.float64)
-    joined_cos = own_cos.copy()
-    with_prev = np.flatnonzero(prev >= 0)
-    if len(with_prev):
-        prev_vec = matrix[count:]
-        summed = own_vec[with_prev] + prev_vec
-        norms = np.linalg.norm(summed, axis=1)
-        ok = norms > 1e-6
-        joined_cos[with_prev[ok]] = (summed[ok] @ q) / norms[ok]
-    return own_cos, joined_cos
+    prev_nums = [int(lexical.nums[p]) if p >= 0 else -1 for p in prev.tolist()]
+    q_dot = vectors.inner_products(query, nums + [num for num in prev_nums if num >= 0])
+    own = np.asarray([q_dot.get(num, 0.0) for num in nums], dtype=np.float64)
+    joined = own.copy()
+    pairs = vectors.pair_products([(a, b) for a, b in zip(nums, prev_nums, strict=True) if b >= 0])
+    for i, (num, before) in enumerate(zip(nums, prev_nums, strict=True)):
+        if before >= 0 and num in q_dot and before in q_dot and (num, before) in pairs:
+            joined[i] = (q_dot[num] + q_dot[before]) / max(np.sqrt(2.0 + 2.0 * pairs[num, before]), 1e-6)
+    return own, joined
