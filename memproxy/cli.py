@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -249,16 +250,51 @@ def cmd_tenant(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     import asyncio
 
-    from memproxy.memory.maintenance import OperatorError, import_jsonl
+    from memproxy.memory.maintenance import OperatorError, import_jsonl, require_database
+    from memproxy.memory.transfer import ImportRefused
 
-    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     try:
-        result = asyncio.run(import_jsonl(load(args), args.tenant, raw))
+        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        print(f"memproxy: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    settings = load(args)
+    unreachable = unreachable_tenant(settings, args.tenant)
+    try:
+        require_database(settings)  # a wrong folder is the first thing to say
+        if unreachable:
+            print(f"memproxy: warning: {unreachable}; importing anyway", file=sys.stderr)
+        result = asyncio.run(import_jsonl(settings, args.tenant, raw))
     except OperatorError as exc:
         return _operator_error(args, exc)
+    except ImportRefused as exc:
+        name = "stdin" if args.file == "-" else args.file
+        bad = f"{len(exc.problems)} bad line{'s' if len(exc.problems) > 1 else ''}"
+        print(f"memproxy: {name}: {bad}, nothing imported (fix them and run it again):", file=sys.stderr)
+        for number, message, _ in exc.problems:
+            print(f"  line {number}: {message}", file=sys.stderr)
+        return 2
     print(f"imported {result['imported']}, skipped {result['skipped']} into tenant {args.tenant}",
           file=sys.stderr)  # fmt: skip
     return 0
+
+
+# The tenant ``auth.passthrough_tenant`` derives from any token.
+_PASSTHROUGH_TENANT = re.compile(r"^pt_[0-9a-f]{40}$")
+
+
+def unreachable_tenant(settings: Settings, tenant: str) -> str | None:
+    """Why no client of this config could read ``tenant``'s memories, or None if one can."""
+    auth = settings.auth
+    if auth.mode == "passthrough":
+        if _PASSTHROUGH_TENANT.match(tenant):
+            return None
+        return (f"no token reaches tenant {tenant!r}: in auth.mode passthrough a token's tenant is pt_ and "
+                "40 hex characters (`memproxy tenant --token <token>` prints it)")  # fmt: skip
+    tenants = sorted({entry.tenant for entry in auth.keys})
+    if tenant in tenants:
+        return None
+    return f"no key reaches tenant {tenant!r}: auth.mode is keys and auth.keys name {', '.join(tenants) or 'none'}"
 
 
 def cmd_migrate_to(args: argparse.Namespace) -> int:

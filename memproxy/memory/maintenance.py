@@ -10,7 +10,7 @@ Invariants:
   also deletes snapshot files of scopes that no longer hold any memory.
 - ``import`` re-embeds every text with the configured embedder (vectors are never part
   of an export), so it calls the embedding provider when that is ``litellm``.
-- Commands that only read (``export``, ``tenants``) and ``reindex`` never create a data
+- Commands that only read (``export``, ``tenants``), ``reindex`` and ``import`` never create a data
   dir: with no database at ``storage.data_dir`` they raise ``OperatorError`` naming the
   path, instead of silently making an empty one and reporting nothing.
 """
@@ -25,9 +25,8 @@ from typing import Any, TextIO
 from memproxy.config import Settings
 from memproxy.db import database_path
 from memproxy.engine import Connection
-from memproxy.errors import ApiError
 from memproxy.memory.store import MemoryStore, open_store
-from memproxy.memory.transfer import parse_jsonl, to_jsonl
+from memproxy.memory.transfer import read_jsonl, to_jsonl
 from memproxy.scope import Scope
 
 SCOPE_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -158,10 +157,19 @@ async def export_jsonl(
     return to_jsonl(items), len(items)
 
 
-async def import_jsonl(settings: Settings, tenant: str, raw: bytes) -> dict[str, int]:
-    try:
-        items = parse_jsonl(raw)
-    except ApiError as exc:
-        raise OperatorError(exc.message) from None
+async def import_jsonl(
+    settings: Settings, tenant: str, raw: bytes, stream: TextIO | None = None
+) -> dict[str, int]:
+    """All or nothing (``MemoryStore.import_``): bad lines raise ``ImportRefused`` listing
+    each by file line; the embedding, the slow part, draws a progress bar on ``stream``."""
+    require_database(settings)
+    items, bad_lines = read_jsonl(raw)
     async with open_store(settings) as store:
-        return await store.import_(tenant, items)
+        bar = ProgressBar(len(items), "import", stream)
+        result = await store.import_(
+            tenant, items, lambda n: bar.advance(n, f"{bar.done + n}/{len(items)} memories"), bad_lines
+        )
+        if not items:
+            bar.advance(0, "0 memories")
+        bar.finish()
+        return result

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
@@ -45,6 +45,7 @@ from memproxy.memory import rows
 from memproxy.memory.guards import MemoryRefused, RefusalHook, check_text
 from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
 from memproxy.memory.search import HybridSearch
+from memproxy.memory.transfer import ImportRefused, LineProblem
 from memproxy.scope import Scope
 from memproxy.times import parse_time
 
@@ -53,6 +54,8 @@ __all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "build_store", "
 log = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 16_000
+# Texts an import embeds per call when it reports progress (a 2,000-line file: 32 updates).
+_IMPORT_BATCH = 64
 
 
 def _check_text(text: object) -> str:
@@ -243,22 +246,36 @@ class MemoryStore:
         now = self.clock()
         return await self.db.run(lambda c: rows.export_rows(c, tenant, user_id, agent_id, now))
 
-    async def import_(self, tenant: str, items: list[dict[str, Any]]) -> dict[str, int]:
-        """Import exported dicts (re-embedded with the current embedder)."""
-        for n, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise ApiError(400, f"line {n + 1} is not a JSON object")
-            item["text"] = _check_text(item.get("text"))
-            _check_metadata(item.get("metadata"))
-            if item.get("source", "manual") not in rows.SOURCES:
-                raise ApiError(400, f"line {n + 1}: source must be extracted or manual", param="source")
+    async def import_(
+        self,
+        tenant: str,
+        items: list[dict[str, Any]],
+        progress: Callable[[int], None] | None = None,
+        bad_lines: Sequence[LineProblem] = (),
+    ) -> dict[str, int]:
+        """Import exported dicts (re-embedded with the current embedder), all or nothing.
+
+        Every item is checked first; any refused, or any of ``bad_lines`` (lines the reader
+        could not make an item of), raises ``ImportRefused`` listing each by its ``line``
+        (the file line ``read_jsonl`` recorded; else its position). ``progress`` is called
+        with the number of texts each embedding batch did.
+        """
+        problems = list(bad_lines)
+        for n, item in enumerate(items, start=1):
+            line = int(item.get("line", n)) if isinstance(item, dict) else n
             try:
+                if not isinstance(item, dict):
+                    raise ApiError(400, "not a JSON object")
+                item["text"] = _check_text(item.get("text"))
+                _check_metadata(item.get("metadata"))
+                if item.get("source", "manual") not in rows.SOURCES:
+                    raise ApiError(400, "source must be extracted or manual", param="source")
                 self.guard(item["text"], str(item.get("source", "manual")))
-            except MemoryRefused as exc:
-                raise ApiError(
-                    400, f"line {n + 1}: {exc.message}", param=f"line {n + 1}", code=exc.code
-                ) from None
-        vectors = await self.embedder.embed([item["text"] for item in items]) if items else None
+            except ApiError as exc:  # MemoryRefused included
+                problems.append((line, exc.message, None if exc.code is None else str(exc.code)))
+        if problems:
+            raise ImportRefused(problems)
+        vectors = await self._embed_all([item["text"] for item in items], progress) if items else None
         identity, now = self.embedder.identity, self.clock()
 
         def write(conn: Connection) -> dict[str, int]:
@@ -266,6 +283,17 @@ class MemoryStore:
                 return rows.import_rows(conn, tenant, items, vectors, identity, now)
 
         return await self.db.run(write)
+
+    async def _embed_all(
+        self, texts: list[str], progress: Callable[[int], None] | None
+    ) -> npt.NDArray[np.float32]:
+        if progress is None:
+            return await self.embedder.embed(texts)
+        batches = []
+        for start in range(0, len(texts), _IMPORT_BATCH):
+            batches.append(await self.embedder.embed(texts[start : start + _IMPORT_BATCH]))
+            progress(len(batches[-1]))
+        return np.concatenate(batches)
 
     async def search(
         self,

@@ -4,7 +4,10 @@ Invariants:
 - An exported line is ``Memory.to_api()``; an import accepts exactly those fields and
   drops any other (a line's ``tenant`` included): the caller's tenant is the only one an
   import can write to.
-- A bad line is a 400 naming the line; nothing of a file with a bad line is imported.
+- A file with bad lines is refused whole (``ImportRefused``, a 400): every bad line is
+  listed by its line number in the file (blank lines count; only ``\n`` ends a line, as
+  JSON Lines says, so a text holding U+2028 or U+0085, which an export writes raw,
+  stays one line), and nothing of it is imported.
 """
 
 from __future__ import annotations
@@ -42,26 +45,54 @@ def to_jsonl(items: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(item, ensure_ascii=False).encode() + b"\n" for item in items)
 
 
+# A bad line: its number in the file, what is wrong, the error code.
+LineProblem = tuple[int, str, str | None]
+# Bad lines an error message lists before "and N more".
+_LISTED = 20
+
+
+class ImportRefused(ApiError):
+    """Bad lines of an import, each ``(line number, message, code)``; nothing was imported."""
+
+    def __init__(self, problems: list[LineProblem]) -> None:
+        problems = sorted(problems, key=lambda problem: problem[0])
+        self.problems = problems
+        listed = "; ".join(f"line {n}: {message}" for n, message, _ in problems[:_LISTED])
+        more = f"; and {len(problems) - _LISTED} more" if len(problems) > _LISTED else ""
+        count = f"{len(problems)} bad lines, nothing imported: " if len(problems) > 1 else ""
+        first, _, code = problems[0]
+        super().__init__(400, f"{count}{listed}{more}", param=f"line {first}", code=code or "invalid_line")
+
+
 def parse_jsonl(raw: bytes) -> list[dict[str, Any]]:
-    """Exported lines → items for ``MemoryStore.import_``; a bad line is a 400 naming it.
+    """``read_jsonl``'s items; a file with lines it cannot read raises ``ImportRefused``
+    listing every one."""
+    items, problems = read_jsonl(raw)
+    if problems:
+        raise ImportRefused(problems)
+    return items
+
+
+def read_jsonl(raw: bytes) -> tuple[list[dict[str, Any]], list[LineProblem]]:
+    """Exported lines → items for ``MemoryStore.import_``, each with its file ``line``
+    number, and the lines that are not an item (``MemoryStore.import_(bad_lines=…)`` lists
+    them with the texts it refuses, so one run names every bad line).
 
     A line's ``tenant`` (or any field the store does not know) is dropped: the caller's
     tenant is the only one an import can write to.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise bad_param("body", f"The import is not UTF-8 text: {exc}", code="invalid_json") from None
-    items = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    items: list[dict[str, Any]] = []
+    problems: list[LineProblem] = []
+    for number, data in enumerate(raw.split(b"\n"), start=1):
         try:
-            items.append(_import_item(line))
+            line = data.decode("utf-8-sig")  # a BOM (an editor wrote it) is not a bad line
+            if line.strip():
+                items.append({**_import_item(line), "line": number})
+        except UnicodeDecodeError as exc:
+            problems.append((number, f"not UTF-8 text (byte {exc.start})", "invalid_json"))
         except ApiError as exc:
-            raise ApiError(400, f"line {number}: {exc.message}", param=f"line {number}",
-                           code=exc.code or "invalid_line") from None  # fmt: skip
-    return items
+            problems.append((number, exc.message, None if exc.code is None else str(exc.code)))
+    return items, problems
 
 
 def _import_item(line: str) -> dict[str, Any]:
