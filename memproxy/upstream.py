@@ -350,8 +350,13 @@ def invalid_model_id(name: str, reason: str) -> ApiError:
 
 def upstream_http_error(response: httpx.Response) -> ApiError:
     try:
-        error = response.json().get("error") or {}
+        body = response.json()
     except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str):  # {"error": "model not found"}, as Ollama and others answer
+        error = {"message": error}
+    if not isinstance(error, dict):
         error = {}
     return ApiError(
         response.status_code,

@@ -226,7 +226,18 @@ def html_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     async def page(request: Request) -> Response:
         return Response("<html><body>Welcome to nginx!</body></html>", media_type="text/html")
 
-    app = Starlette(routes=[Route("/v1/models/{rest:path}", page), Route("/v1/models", page)])
+    async def plain_error(request: Request) -> Response:
+        return Response(
+            '{"error": "model \'gone\' not found"}', status_code=404, media_type="application/json"
+        )
+
+    async def list_error(request: Request) -> Response:
+        return Response("[1, 2]", status_code=400, media_type="application/json")
+
+    app = Starlette(routes=[
+        Route("/v1/models/gone", plain_error), Route("/v1/models/listed", list_error),
+        Route("/v1/models/{rest:path}", page), Route("/v1/models", page),
+    ])  # fmt: skip
     with BackgroundServer(app) as upstream:
         server, handle = start_proxy(proxy_settings(upstream.url + "/v1", tmp_path_factory.mktemp("html")))
         yield handle
@@ -236,9 +247,16 @@ def html_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
 def test_a_non_json_provider_reply_on_a_model_is_a_502_in_openai_shape(html_provider: Proxy) -> None:
     with html_provider.http() as http:
         response = http.get("/v1/models/gpt-4o-mini")
+        plain = http.get("/v1/models/gone")
+        listed = http.get("/v1/models/listed")
     assert response.status_code == 502, response.text
     error = response.json()["error"]
     assert set(error) == OPENAI_ERROR_KEYS and error["type"] == "server_error" and error["code"]
+    # A provider's error that is not OpenAI-shaped is passed on with its status, in OpenAI's shape.
+    assert plain.status_code == 404, plain.text
+    assert plain.json()["error"]["message"] == "model 'gone' not found"
+    assert listed.status_code == 400, listed.text
+    assert set(listed.json()["error"]) == OPENAI_ERROR_KEYS and listed.json()["error"]["message"] == "[1, 2]"
 
 
 # --- a client that leaves ------------------------------------------------------------------
