@@ -83,6 +83,17 @@ def test_the_servers_credentials_reach_only_configured_providers(monkeypatch: py
         assert (refused.value.status, refused.value.code) == (400, "model_not_found")
 
 
+def test_by_default_the_servers_key_reaches_openai_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = paths(api_key="sk-server")
+    route = fast.route("gpt-4o-mini", SERVER_SIDE)
+    assert route is not None and route.api_key == "sk-server" and "api.openai.com" in route.base_url
+    for model in ("groq/llama3-8b", "llamafile/x", "hosted_vllm/x", "openrouter/x"):
+        with pytest.raises(ApiError, match="not available"):
+            fast.route(model, SERVER_SIDE)
+    with pytest.raises(ApiError, match="not available"):
+        paths(api_key="sk-server", allow_providers=[]).route("gpt-4o-mini", SERVER_SIDE)
+
+
 def test_a_cached_route_is_still_checked_with_each_callers_credential() -> None:
     fast = paths(api_key="sk-server")
     assert fast.route("groq/llama3-8b", CALLER) is not None  # resolved and cached for a passthrough caller
@@ -131,7 +142,7 @@ def test_stored_responses_live_at_the_default_route() -> None:
         "openai", "https://api.openai.com/v1", "", None, 600.0
     )
     with pytest.raises(ApiError, match="not available"):
-        paths().stored_route(SERVER_SIDE)
+        paths(allow_providers=[]).stored_route(SERVER_SIDE)
     assert paths("off").stored_route(CALLER) is None
 
 
