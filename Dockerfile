@@ -20,6 +20,7 @@ RUN pip install --no-cache-dir . \
 USER memproxy
 VOLUME ["/data"]
 EXPOSE 8080
+# The port the server was told to use (MEMPROXY_SERVER__PORT, which `docker run -e` may change), not a literal.
 HEALTHCHECK --interval=30s --timeout=3s --start-period=30s \
-    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz').status == 200 else 1)"
+    CMD python -c "import os,sys,urllib.request; port = os.environ.get('MEMPROXY_SERVER__PORT') or '8080'; sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=2).status == 200 else 1)"
 CMD ["memproxy", "serve"]

@@ -26,3 +26,19 @@ def test_compose_runs_two_replicas_and_a_worker_on_one_postgres() -> None:
         assert service["volumes"][0].endswith(":/data")  # each keeps its own snapshots
     assert len(urls) == 1 and "postgres" in services
     assert memproxy["worker"]["command"] == ["memproxy", "worker"]
+
+
+def test_the_postgres_password_comes_from_the_environment_never_the_file() -> None:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services = compose["services"]
+    required = re.compile(r"\$\{POSTGRES_PASSWORD:\?[^}]+\}")  # compose refuses to start without it
+    assert required.fullmatch(services["postgres"]["environment"]["POSTGRES_PASSWORD"])
+    for name in ("replica-a", "replica-b", "worker"):
+        url = services[name]["environment"]["MEMPROXY_STORAGE__URL"]
+        assert required.search(url), url
+        resolved = required.sub("s3cret-From-env", url)
+        assert load_settings(None, environ={"MEMPROXY_STORAGE__URL": resolved}).storage.url == resolved
+    assert "memproxy:memproxy@" not in COMPOSE.read_text()
+    example = (COMPOSE.parent / ".env.example").read_text()
+    assert re.search(r"^POSTGRES_PASSWORD=$", example, re.M)  # a name to fill in, no password
+    assert "deploy/.env" in (COMPOSE.parent.parent / ".gitignore").read_text().splitlines()

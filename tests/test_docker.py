@@ -1,5 +1,7 @@
 """What the Docker image relies on: a one-line answer for a data dir it cannot write, env
-overrides with YAML values, and a shutdown grace that fits in ``docker stop``'s 10 s."""
+overrides with YAML values, a shutdown grace that fits in ``docker stop``'s 10 s, a health
+check on the configured port, and the README's keyless ``docker run`` line. (No docker engine
+here: the files are read, and the health check's command is run as docker would run it.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from memproxy.cli import build_parser
 from memproxy.config import load_settings
+from memproxy.testing.background_server import free_port
+from tests.support.proxy import Proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER_STOP_TIMEOUT_S = 10
@@ -79,3 +84,33 @@ def test_the_image_shutdown_grace_fits_in_docker_stop() -> None:
     match = re.search(r"MEMPROXY_SERVER__SHUTDOWN_GRACE_S=(\d+(?:\.\d+)?)", dockerfile)
     assert match, "the image must set its shutdown grace explicitly"
     assert float(match.group(1)) <= DOCKER_STOP_TIMEOUT_S - 2
+
+
+def _healthcheck_command() -> str:
+    """The image's HEALTHCHECK CMD, continuation lines joined, as docker hands it to a shell."""
+    dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    (line,) = [line for line in dockerfile.splitlines() if line.startswith("HEALTHCHECK ")]
+    return line.split(" CMD ", 1)[1].strip()
+
+
+def test_the_health_check_asks_the_port_the_server_was_given(proxy: Proxy) -> None:
+    """Run exactly the image's check against a real memproxy: it must follow
+    MEMPROXY_SERVER__PORT (a literal 8080 fails as soon as someone changes the port)."""
+    port = proxy.url.rsplit(":", 1)[1]
+    env = {"PATH": os.environ["PATH"], "MEMPROXY_SERVER__PORT": port}
+    check = subprocess.run(["sh", "-c", _healthcheck_command()], env=env, capture_output=True, timeout=30,
+                           check=False)  # fmt: skip
+    assert check.returncode == 0, check.stderr.decode()
+    nobody = str(free_port())  # nothing listens there: the check must fail, not pass on another port
+    failed = subprocess.run(["sh", "-c", _healthcheck_command()], capture_output=True, timeout=30, check=False,
+                            env={**env, "MEMPROXY_SERVER__PORT": nobody})  # fmt: skip
+    assert failed.returncode != 0
+
+
+def test_the_readme_has_a_keyless_docker_recipe() -> None:
+    readme = (ROOT / "README.md").read_text()
+    line = "docker run --rm -p 8080:8080 memproxy memproxy serve --offline"
+    assert line in readme
+    assert "docker build -t memproxy ." in readme  # the image name the line runs
+    args = build_parser().parse_args(line.split("memproxy memproxy ", 1)[1].split())
+    assert args.command == "serve" and args.offline
