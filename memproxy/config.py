@@ -34,6 +34,12 @@ class ServerSettings(_Section):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     # Request line plus headers; larger requests get 431 (see ``api.serving``).
     max_header_bytes: int = Field(default=32 * 1024, ge=1024)
+    # A request's line and headers must arrive within this; else the connection is closed
+    # (slowloris). nginx's client_header_timeout is 60 s; Apache's mod_reqtimeout 20-40 s.
+    header_timeout_s: float = Field(default=30.0, gt=0)
+    # Open connections per process; one more gets a 503 and is closed (each holds a descriptor,
+    # and a proxied request a second one upstream: keep ``ulimit -n`` above twice this).
+    max_connections: int = Field(default=1000, ge=1)
     log_format: Literal["plain", "json"] = "plain"
     log_content: bool = False
     # How long SIGTERM waits for in-flight streams before closing them.
