@@ -28,6 +28,29 @@ JOB_STATUSES = ("pending", "running", "done", "dead")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _RECALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
+# Recall's stages take from ~10 µs (placement) to tens of ms (a query embedding on a busy machine).
+_STAGE_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# What one chat request's recall spends its time on (``proxy.recall``): the query embedding
+# (cache lookup, waiting for and running the embedder), the search in the scope (index, change
+# seq, rows from the row cache or the database), fitting the block to the token budget (the
+# model's tokenizer) and placing it in the forwarded body.
+RECALL_STAGES = ("embed", "search", "budget", "placement")
 
 
 class Metrics:
@@ -55,6 +78,31 @@ class Metrics:
             buckets=_RECALL_BUCKETS,
             registry=r,
         )
+        self.recall_stage_seconds = Histogram(
+            "memproxy_recall_stage_duration_seconds",
+            "Time one chat request's recall spent in each stage: embed (the query embedding, "
+            "cache lookup and queueing included), search (index, change seq and rows), budget "
+            "(fitting the block with the model's tokenizer), placement (into the forwarded body)",
+            ["stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.query_embeddings = Counter(
+            "memproxy_query_embeddings",
+            "Recall query embeddings: hit (answered by the query-embedding cache) or miss (embedded)",
+            ["result"],
+            registry=r,
+        )
+        self.query_batch_size = Histogram(
+            "memproxy_query_embedding_batch_size",
+            "Queries embedded together in one embedder call (concurrent queries are micro-batched)",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        for stage in RECALL_STAGES:  # every stage listed from the first scrape, at zero
+            self.recall_stage_seconds.labels(stage)
+        for result in ("hit", "miss"):
+            self.query_embeddings.labels(result)
         self.upstream_seconds = Histogram(
             "memproxy_upstream_duration_seconds",
             "Upstream chat call: the whole answer, or until the stream opened when streaming; "
@@ -120,6 +168,16 @@ class Metrics:
 
     def observe_recalled(self, count: int) -> None:
         self.recalled.observe(count)
+
+    def observe_recall_stage(self, stage: str, seconds: float) -> None:
+        """``stage`` is one of ``RECALL_STAGES``."""
+        self.recall_stage_seconds.labels(stage).observe(seconds)
+
+    def query_embedding(self, hit: bool) -> None:
+        self.query_embeddings.labels("hit" if hit else "miss").inc()
+
+    def observe_query_batch(self, size: int) -> None:
+        self.query_batch_size.observe(size)
 
     @contextmanager
     def time_recall(self) -> Iterator[None]:

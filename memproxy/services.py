@@ -176,7 +176,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             embedder=embedder,
             index=index,
             store=store,
-            recaller=Recaller(store, embedder, settings.recall, settings.upstream),
+            recaller=Recaller(store, embedder, settings.recall, settings.upstream, metrics),
             capture=Capture(db, clock=store.clock, spool=spool),
             surfaces=SurfaceUpstream(upstream),
             fast_paths=FastPaths(upstream, settings.upstream.fast_path),

@@ -4,8 +4,9 @@ What happens (``Recaller.prepare``):
 1. The query is the text of the latest user message (string or text content parts).
    A conversation ending in tool results or an assistant turn still recalls, with the
    latest user message before them.
-2. The query is embedded (cached briefly by ``QueryEmbeddingCache``) and searched in the
-   request's scope (hybrid search, ``recall.top_k``, ``recall.min_score``).
+2. The query is embedded (cached briefly by ``QueryEmbeddingCache``, keyed on the
+   normalized text; concurrent queries share one embedder call, ``index.embedders.batching``)
+   and searched in the request's scope (hybrid search, ``recall.top_k``, ``recall.min_score``).
 3. The memories, best first, are rendered as one system message inside ``<memories>``…
    ``</memories>``, one ``- text`` line each (``- [YYYY-MM-DD] text`` with ``recall.dates``),
    and fitted into ``recall.max_tokens`` counted with the target model's tokenizer; a
@@ -23,6 +24,8 @@ Invariants:
 - Fail open: an embedding or search error, or recall taking longer than
   ``recall.timeout_ms``, never fails the request; it yields no memories and names the
   error class (logged and counted in ``failures``).
+- Each stage's time (embed, search, budget, placement) and the cache's hits and misses are
+  recorded in ``/metrics`` when the recaller has the app's ``Metrics``.
 - A search that outlives the timeout is not cancelled (that could interrupt an index
   catch-up half-way) but kept in ``_inflight``, owned: ``close`` awaits or cancels it.
 """
@@ -45,10 +48,11 @@ import numpy.typing as npt
 
 from memproxy.config import RecallSettings, UpstreamSettings
 from memproxy.headers import RECALL_ERROR, RECALLED
-from memproxy.index.embedder import Embedder
+from memproxy.index.embedder import Embedder, OnnxEmbedder
 from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
 from memproxy.messages import latest_user_text
+from memproxy.metrics import Metrics
 from memproxy.proxy.budget import Tokenizers, count_tokens
 from memproxy.proxy.placement import place_chat
 from memproxy.scope import RequestScope
@@ -164,10 +168,21 @@ class LineCosts:
         return found
 
 
-class QueryEmbeddingCache:
-    """Recent query embeddings by text, for ``ttl_s`` seconds, at most ``max_entries``.
+def normalized_query(text: str) -> str:
+    """What the cache keys a query on: lower case, runs of whitespace as one space, stripped.
 
-    Only recall's queries go through here; the store embeds what it writes itself.
+    The built-in MiniLM's tokenizer lowercases and splits on whitespace, so for it these
+    texts embed identically; for a cased embedder they differ by case alone.
+    """
+    return _SPACES.sub(" ", text).strip().lower()
+
+
+class QueryEmbeddingCache:
+    """Recent query embeddings by normalized text, for ``ttl_s`` seconds, at most ``max_entries``.
+
+    Only recall's queries go through here; the store embeds what it writes itself. The
+    same question asked again (in another case or spacing too) is a hit; concurrent
+    requests asking it share one embedding. ``on_lookup(hit)`` counts hits and misses.
     """
 
     def __init__(
@@ -180,20 +195,40 @@ class QueryEmbeddingCache:
         self.clock = clock
         # Keyed by a digest, so the cache holds at most ``max_entries`` vectors and no texts.
         self._entries: OrderedDict[tuple[str, bytes], tuple[float, Vector]] = OrderedDict()
+        self._embedding: dict[tuple[str, bytes], asyncio.Future[Vector]] = {}  # in flight, by key
         self.hits = 0
         self.misses = 0
+        self.on_lookup: Callable[[bool], None] | None = None
 
     async def embed_query(self, text: str) -> Vector:
-        key = (self.embedder.identity, hashlib.blake2b(text.encode(), digest_size=16).digest())
+        normalized = normalized_query(text)
+        key = (self.embedder.identity, hashlib.blake2b(normalized.encode(), digest_size=16).digest())
         now = self.clock()
         cached = self._entries.get(key)
         if cached is not None and cached[0] > now:
             self._entries.move_to_end(key)
-            self.hits += 1
+            self._count(hit=True)
             return cached[1]
-        self.misses += 1
-        vectors = await self.embedder.embed([text], query=True)
-        vector = np.asarray(vectors[0], dtype=np.float32)
+        running = self._embedding.get(key)
+        if running is not None:  # asked concurrently: share that embedding
+            self._count(hit=True)
+            return await asyncio.shield(running)
+        self._count(hit=False)
+        future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
+        if self.ttl_s > 0:
+            self._embedding[key] = future
+        try:
+            # The text as asked (the first of its near-identical forms seen within the TTL).
+            vectors = await self.embedder.embed([text], query=True)
+            vector = np.asarray(vectors[0], dtype=np.float32)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+            future.exception()  # retrieved: no "never retrieved" warning when nobody shared it
+            raise
+        else:
+            future.set_result(vector)
+        finally:
+            self._embedding.pop(key, None)
         if self.ttl_s > 0:
             self._entries[key] = (now + self.ttl_s, vector)
             self._entries.move_to_end(key)
@@ -201,15 +236,28 @@ class QueryEmbeddingCache:
                 self._entries.popitem(last=False)
         return vector
 
+    def _count(self, *, hit: bool) -> None:
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
+        if self.on_lookup is not None:
+            self.on_lookup(hit)
+
 
 class Recaller:
     def __init__(
         self, store: MemoryStore, embedder: Embedder, settings: RecallSettings,
-        upstream: UpstreamSettings | None = None,
+        upstream: UpstreamSettings | None = None, metrics: Metrics | None = None,
     ) -> None:  # fmt: skip
         self.store = store
         self.settings = settings
+        self.metrics = metrics
         self.embeddings = QueryEmbeddingCache(embedder, settings.cache_ttl_s)
+        if metrics is not None:  # each stage's time and the cache's hits, for operators (/metrics)
+            self.embeddings.on_lookup = metrics.query_embedding
+            if isinstance(embedder, OnnxEmbedder):
+                embedder.queries.on_batch = metrics.observe_query_batch
         self.tokenizers = Tokenizers(upstream)
         self.line_costs = LineCosts(dates=settings.dates)
         self.failures: collections.Counter[str] = collections.Counter()
@@ -222,7 +270,14 @@ class Recaller:
         )
         if not count:
             return body, 0, error
-        return place_chat(body, text, self.settings.placement), count, None
+        started = time.perf_counter()
+        forwarded = place_chat(body, text, self.settings.placement)
+        self._stage("placement", started)
+        return forwarded, count, None
+
+    def _stage(self, stage: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_recall_stage(stage, time.perf_counter() - started)
 
     async def memory_block(
         self, query: str, model: str, request_scope: RequestScope
@@ -240,11 +295,13 @@ class Recaller:
             return "", 0, name
         if not found:
             return "", 0, None
+        started = time.perf_counter()
         encoding = await self.tokenizers.for_model(model)
         text, count = fit_to_budget([m for m, _ in found], self.settings.max_tokens,
                                     lambda s: count_tokens(encoding, s),
                                     lambda m: self.line_costs.line(encoding, m),
                                     self.line_costs.wrapper(encoding))  # fmt: skip
+        self._stage("budget", started)
         return text, count, None
 
     async def _search(self, request_scope: RequestScope, query: str) -> list[tuple[Memory, float]]:
@@ -252,8 +309,11 @@ class Recaller:
         loop = asyncio.get_running_loop()
         timeout = self.settings.timeout_ms / 1000
         deadline = loop.time() + timeout
+        started = time.perf_counter()
         async with asyncio.timeout(timeout):  # not ``wait_for``, which can swallow a cancel on 3.11
             vector = await self.embeddings.embed_query(query)
+        self._stage("embed", started)
+        started = time.perf_counter()
         search = self.store.search(
             request_scope.scope, query, self.settings.top_k, self.settings.min_score, query_vector=vector
         )
@@ -262,6 +322,7 @@ class Recaller:
         task.add_done_callback(self._forget)
         done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
         if task in done:
+            self._stage("search", started)
             return task.result()
         raise TimeoutError(f"recall search took longer than {self.settings.timeout_ms} ms")
 

@@ -47,6 +47,7 @@ import numpy as np
 from memproxy.config import ConfigError
 from memproxy.index.calibration import measure_floor
 from memproxy.index.embedders.base import Vectors, normalize_rows
+from memproxy.index.embedders.batching import QueryBatcher
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ class OnnxEmbedder:
         self._tokenizer: Any = None
         self._input_names: set[str] = set()
         self._lock = asyncio.Lock()
+        # Single queries (recall, one per request) share a call when they arrive together.
+        self.queries = QueryBatcher(lambda texts: self.embed_sync(texts, query=True), max_batch=batch_size)
 
     async def load(self) -> None:
         async with self._lock:
@@ -177,6 +180,8 @@ class OnnxEmbedder:
             await self.load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if query and len(texts) == 1:
+            return (await self.queries.embed(texts[0]))[None, :]
         return await asyncio.to_thread(self.embed_sync, texts, query)
 
     def embed_sync(self, texts: list[str], query: bool = False) -> Vectors:
