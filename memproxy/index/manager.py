@@ -151,7 +151,7 @@ class IndexManager:
                     vec_hits = await asyncio.to_thread(vectors.search, vector, k)
                 else:
                     vec_hits = vectors.search(vector, k)
-            fused = fuse(entry.lexical.score_all(query), vec_hits, vectors, vector, k)
+            fused = fuse(entry.lexical.score_all(query), vec_hits, vectors, vector, k, self.embedder.floor)
             ranked = sorted(fused, key=lambda num: (-fused[num], num))[:keep]
             term_idf = entry.lexical.term_idf(query)
             cached = entry.rows.pick(ranked)

@@ -30,13 +30,6 @@ HAYSTACK = [
 QUESTION = "Where does my partner work?"
 
 
-@pytest.fixture(scope="module")
-def minilm() -> OnnxEmbedder:
-    embedder = OnnxEmbedder()
-    asyncio.run(embedder.load())
-    return embedder
-
-
 def test_bridge_terms_are_capitalized_rare_and_not_asked() -> None:
     text = "I sold the Renault Clio and bought a Tesla in Lisbon."
     assert bridges.capitalized_terms(text) == ["renault", "clio", "tesla", "lisbon"]  # "I": a stopword

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memproxy.index.embedder import OnnxEmbedder
 from memproxy.index.fusion import _cosines
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.vectors import VectorSet
@@ -27,9 +28,9 @@ CONVERSATION = [
 ]
 
 
-def test_an_answer_is_found_through_the_question_before_it(tmp_path: Path) -> None:
+def test_an_answer_is_found_through_the_question_before_it(tmp_path: Path, minilm: OnnxEmbedder) -> None:
     async def body() -> list[str]:
-        async with open_store(tmp_path) as store:
+        async with open_store(tmp_path, embedder=minilm) as store:
             for text in CONVERSATION:
                 await store.add(SCOPE, text)
             return [m.text for m, _ in await store.search(SCOPE, "What did Caroline research?", 3, 0.0)]
@@ -54,14 +55,15 @@ def test_joined_cosine_is_the_cosine_of_the_normalised_sum() -> None:
     vset.add(nums[:5], vectors[:5])  # 15 has no vector: it scores 0 and its join is its own
     scores = lexical.score_all("memory")
     slots = np.asarray([scores.slot_of[num] for num in nums], dtype=np.int64)
-    own, joined = _cosines(scores, slots, vset, query)
-    for i, num in enumerate(nums[:5]):
+    own, joined, related = _cosines(scores, slots, vset, query, 0.1)
+    for i in range(5):
         assert abs(own[i] - float(vectors[i] @ query)) < 2e-3  # fp16 copies in the scan
         if i == 0:
             assert joined[i] == own[i]  # the first memory has no context
             continue
+        assert related[i] == (float(vectors[i] @ vectors[i - 1]) > 0.1)
         summed = vectors[i] + vectors[i - 1]
         assert abs(joined[i] - float(summed @ query) / float(np.linalg.norm(summed))) < 2e-3
     assert own[5] == 0.0 and joined[5] == 0.0
-    again_own, again_joined = _cosines(scores, slots, vset, query)  # the pair cache answers
+    again_own, again_joined, _ = _cosines(scores, slots, vset, query, 0.1)  # the pair cache answers
     assert np.array_equal(again_own, own) and np.array_equal(again_joined, joined)

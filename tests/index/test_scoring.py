@@ -34,13 +34,6 @@ SMALL_TALK = [
 ]
 
 
-@pytest.fixture(scope="module")
-def minilm() -> OnnxEmbedder:
-    embedder = OnnxEmbedder()
-    asyncio.run(embedder.load())
-    return embedder
-
-
 def search_all(tmp_path: Path, embedder: Embedder, queries: list[str], min_score: float,
                ranking: Ranking | None = None) -> dict[str, list[tuple[str, float]]]:  # fmt: skip
     async def run() -> dict[str, list[tuple[str, float]]]:
