@@ -22,7 +22,10 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "overhead.py"
 # The --workers 2 and LiteLLM-proxy rows start extra servers (slow to start here, and LiteLLM's
 # proxy needs `memproxy[bench]`): the smoke run leaves them out; the full run has them.
 SKIPPED = ("memproxy_on_w2", "litellm_proxy")
-ROWS = {"direct", "litellm", "memproxy_off", "memproxy_on", "memproxy_litellm_off", "memproxy_litellm_on"}
+ROWS = {"direct", "litellm", "memproxy_off", "memproxy_on", "memproxy_on_hash", "memproxy_on_cached",
+        "memproxy_litellm_off", "memproxy_litellm_on"}  # fmt: skip
+# Memory-on rows served by one process: their breakdown is read from that server's /metrics.
+BROKEN_DOWN = {"memproxy_on", "memproxy_on_hash", "memproxy_on_cached", "memproxy_litellm_on"}
 MODES = {"non_stream", "stream_ttfc"}
 LEVELS = {"c1", "c32"}
 
@@ -53,7 +56,19 @@ def test_quick_bench_prints_every_row_mode_and_ratio() -> None:
                 assert row["n"] > 0 and 0 < row["p50"] <= row["p95"] <= row["p99"], (level, mode, name, row)
             added = report["overhead_ms"][level][mode]["p50"]
             assert set(added) == ROWS - {"direct"}
-            assert set(report["memory_on_minus_off"][level][mode]) == {"fast", "litellm"}
+            assert set(report["memory_on_minus_off"][level][mode]) == {"fast", "fast_hash", "litellm"}
+            parts = report["breakdown"][level][mode]
+            assert set(parts) == BROKEN_DOWN
+            for name in BROKEN_DOWN:
+                assert (
+                    parts[name]["mean_ms"]["embed"] is not None
+                    and parts[name]["mean_ms"]["search"] is not None
+                )
+            # Varied questions embed; the repeated one is answered by the cache.
+            assert parts["memproxy_on"]["query_embedding_cache"]["miss"] > 0
+            assert parts["memproxy_on"]["query_embedder_calls"] > 0
+            cached = parts["memproxy_on_cached"]["query_embedding_cache"]  # a miss when its 60 s TTL ends
+            assert cached["hit"] > 10 * cached["miss"], cached
 
     assert report["config"]["memories_seeded"] == 300
     assert report["recall"]["recall_wired"] is True
@@ -61,5 +76,6 @@ def test_quick_bench_prints_every_row_mode_and_ratio() -> None:
     for mode in MODES:
         targets = report["targets"][mode]
         assert targets["c1_fast_off_vs_litellm"]["value"] is not None
-        assert targets["c32_rps_on_fast_vs_litellm_path"]["value"] is not None
+        assert targets["c32_rps_on_hash_fast_vs_litellm_path"]["value"] is not None
+        assert targets["c1_on_vs_litellm_proxy"]["value"] is None  # its row was skipped
         assert targets["c32_rps_on_w2_vs_w1"]["value"] is None  # its row was skipped
