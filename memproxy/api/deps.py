@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from memproxy.auth import Credential
 from memproxy.errors import ApiError
+from memproxy.memory.management import MemoryManagement
 from memproxy.services import Services
 
 
@@ -33,6 +34,13 @@ async def get_credential(
 async def get_request_id(request: Request) -> str:
     rid: str | None = getattr(request.state, "request_id", None)
     return rid or uuid.uuid4().hex
+
+
+def management(services: Services) -> MemoryManagement:
+    """The memory operations every door calls (REST routes, MCP tools), over this app's parts."""
+    return MemoryManagement(
+        services.store, services.capture, services.index, services.settings.recall.min_score
+    )
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
