@@ -56,6 +56,7 @@ class Child:
     ready_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] | None = None  # added to this process's environment
+    cwd: Path | None = None  # run from here (a checkout's root: ``python -m memproxy`` imports its code)
 
     def start(self) -> None:
         # Without a local cost map LiteLLM fetches one from the internet at import.
@@ -65,7 +66,7 @@ class Child:
             **(self.env or {}),
         }
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env,
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
                                          preexec_fn=die_with_parent())  # fmt: skip
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
