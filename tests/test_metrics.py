@@ -140,3 +140,39 @@ def test_capture_extraction_and_index_metrics_follow_a_turn(proxy: Proxy) -> Non
     )
     assert value(after, "memproxy_index_scopes_loaded") >= 1
     assert value(after, "memproxy_index_vectors_held") >= 1
+
+
+def test_recall_stages_are_timed_for_a_chat_request(proxy: Proxy) -> None:
+    user = "metrics-stages-" + uuid.uuid4().hex[:8]
+    with proxy.http() as http:
+        created = http.post("/v1/memories", json={"text": "User's cat is called Biscuit.", "user_id": user})
+    assert created.status_code == 201, created.text
+    before = scrape(proxy)
+    client = proxy.client(**{"X-Memproxy-User-Id": user})
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "What is my cat called?"}]
+    )
+    assert raw.headers["x-memproxy-recalled"] == "1"
+    after = scrape(proxy)
+    count = "memproxy_recall_stage_duration_seconds_count"
+    for stage in ("embed", "search", "budget", "placement"):
+        assert value(after, count, stage=stage) == value(before, count, stage=stage) + 1, stage
+        assert value(after, "memproxy_recall_stage_duration_seconds_sum", stage=stage) > 0, stage
+
+
+def test_query_embedding_cache_hits_are_counted_for_near_identical_questions(proxy: Proxy) -> None:
+    user = "metrics-cache-" + uuid.uuid4().hex[:8]
+    client = proxy.client(**{"X-Memproxy-User-Id": user})
+    question = f"Where did I park the car {uuid.uuid4().hex[:8]}?"
+    total = "memproxy_query_embeddings_total"
+    before = scrape(proxy)
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+    middle = scrape(proxy)
+    assert value(middle, total, result="miss") == value(before, total, result="miss") + 1
+    assert value(middle, total, result="hit") == value(before, total, result="hit")
+    # The same question in another case and spacing is the same query.
+    again = "  " + question.upper().replace(" ", "\n ", 2) + " "
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": again}])
+    after = scrape(proxy)
+    assert value(after, total, result="hit") == value(middle, total, result="hit") + 1
+    assert value(after, total, result="miss") == value(middle, total, result="miss")

@@ -156,3 +156,35 @@ def test_readiness_waits_for_the_embedder_to_load(tmp_path: Path, upstream: tupl
             writer.start()  # unblock the loader so the server can stop
         writer.join(timeout=30)
         server.stop()
+
+
+QUESTIONS = [
+    "Where do I work?",
+    "What is my cat called?",
+    "Did I tell you I am allergic to peanuts from a market in Lisbon last spring?",
+    "hi",
+    "Which car did I have before the red one?",
+    "What should I cook tonight? Something with the vegetables I like.",
+]
+
+
+def test_concurrent_queries_share_one_call_and_each_gets_its_own_vector(minilm: OnnxEmbedder) -> None:
+    one_at_a_time = np.stack([minilm.embed_sync([q], query=True)[0] for q in QUESTIONS])
+    sizes: list[int] = []
+    minilm.queries.on_batch = sizes.append
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(minilm.embed([q], query=True) for q in QUESTIONS))
+
+    try:
+        rows = asyncio.run(together())
+    finally:
+        minilm.queries.on_batch = None
+    # Gathered in one loop iteration: all of them queue before the first call starts.
+    assert sizes == [len(QUESTIONS)]
+    batched = np.concatenate(rows)
+    assert batched.shape == (len(QUESTIONS), minilm.dim)
+    # Padding to the batch's longest does not change a query's vector (the mask hides it).
+    assert np.allclose(batched, one_at_a_time, atol=1e-5)
+    cosines = batched @ one_at_a_time.T
+    assert (np.argmax(cosines, axis=1) == np.arange(len(QUESTIONS))).all()  # each caller its own row
