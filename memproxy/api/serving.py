@@ -45,6 +45,13 @@ log = logging.getLogger("memproxy.serving")
 _PROTOCOL_PREFIX = "CappedHeadersProtocol_"
 # How long a rejected connection may go on sending (its bytes are dropped) before it is closed.
 _LINGER_S = 5.0
+# Idle time a keep-alive connection is kept between requests. It must outlast the clients' own
+# idle expiry: a client reuses a pooled connection until *its* expiry, so a server closing first
+# (uvicorn's default is 5 s, the same as httpx's, the OpenAI and Anthropic SDKs', 4 s undici's)
+# closes connections a request is being sent on, with the request unread: the client gets a
+# reset (httpx ReadError) or "Server disconnected" for a POST it must not retry (the soak's one
+# ReadError per run, issue 24). 75 s is nginx's default, above load balancers' usual 60 s.
+KEEP_ALIVE_S = 75
 # The same for a connection over server.max_connections: short, since it holds a descriptor.
 _BUSY_LINGER_S = 1.0
 # At most one "over server.max_connections" warning per this many seconds (a flood is one line).
@@ -232,6 +239,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": server.max_header_bytes,
         "log_level": "warning",
         "timeout_graceful_shutdown": math.ceil(server.shutdown_grace_s),
+        "timeout_keep_alive": KEEP_ALIVE_S,
     }
 
 
