@@ -6,6 +6,10 @@ Invariants:
 - Exactly one line per HTTP request, written when the request ends (last byte sent, error
   or disconnect), with: request id, tenant hash, method, route template, status, streamed,
   latency, recalled count and capture job id. The tenant appears only as a short hash.
+- A request no route matched also logs its ``path`` (the route template is all a matched
+  one needs): percent-encoded as sent, capped at ``PATH_CAP`` characters, a segment that
+  looks like a secret replaced by ``<redacted>``, and never the query string (it may carry
+  a key). Metrics keep the bounded ``(unmatched)`` label.
 - Message and memory text are never logged unless ``server.log_content`` is true; only
   then is the request body copied (capped at ``CONTENT_CAP`` bytes).
 - A request whose client left before it was answered is logged (and counted) with status
@@ -19,11 +23,13 @@ import logging
 import sys
 import time
 from typing import Any
+from urllib.parse import quote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy.config import ServerSettings
 from memproxy.headers import CAPTURE_RESULT, RECALLED
+from memproxy.memory.secrets import find_secret
 from memproxy.metrics import Metrics
 
 access_log = logging.getLogger("memproxy.access")
@@ -34,11 +40,14 @@ CONTENT_CAP = 64 * 1024
 # nginx's "client closed request": the status of a request whose client left before any answer.
 CLIENT_CLOSED = 499
 UNMATCHED_ROUTE = "(unmatched)"
+PATH_CAP = 200
+REDACTED = "<redacted>"
 _FIELD_ORDER = (
     "request_id",
     "tenant",
     "method",
     "route",
+    "path",
     "status",
     "streamed",
     "latency_ms",
@@ -127,6 +136,8 @@ class AccessLogMiddleware:
             "recalled": exchange.recalled,
             "job": exchange.job,
         }
+        if route == UNMATCHED_ROUTE:
+            fields["path"] = loggable_path(scope)
         if exchange.body is not None:
             fields["content"] = _content_of(bytes(exchange.body))
         access_log.info(self._format(fields), extra={"access": fields})
@@ -134,7 +145,7 @@ class AccessLogMiddleware:
     def _format(self, fields: dict[str, Any]) -> str:
         if self.log_format == "json":
             return json.dumps(fields, ensure_ascii=False)
-        parts = [f"{key}={_plain(fields[key])}" for key in _FIELD_ORDER]
+        parts = [f"{key}={_plain(fields[key])}" for key in _FIELD_ORDER if key in fields]
         if "content" in fields:
             parts.append("content=" + json.dumps(fields["content"], ensure_ascii=False))
         return " ".join(parts)
@@ -145,6 +156,16 @@ def route_template(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else UNMATCHED_ROUTE
+
+
+def loggable_path(scope: Scope) -> str:
+    """The request's path for the log: no query string (ASGI keeps it apart), percent-encoded
+    so a space or newline cannot forge another field or line, secret-looking segments
+    redacted (a client that put its key in the URL), at most ``PATH_CAP`` characters."""
+    path = str(scope.get("path") or "/")
+    segments = [REDACTED if segment and find_secret(segment) else segment for segment in path.split("/")]
+    shown = quote("/".join(segments), safe="/-._~!$&'()*+,;=:@<>")
+    return shown if len(shown) <= PATH_CAP else shown[: PATH_CAP - 1] + "…"
 
 
 def _content_of(body: bytes) -> Any:

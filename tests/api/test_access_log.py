@@ -111,3 +111,47 @@ def test_json_format_parses_and_log_content_includes_messages(
     assert record["status"] == 200 and record["streamed"] is False
     assert record["route"] == "/v1/chat/completions"
     assert record["content"] == [{"role": "user", "content": secret}]
+
+
+def test_an_unmatched_route_logs_its_path_without_query_or_secrets(
+    proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rid, key_rid = ("req-" + uuid.uuid4().hex[:12] for _ in range(2))
+    key = "sk-proj-" + uuid.uuid4().hex + uuid.uuid4().hex[:8]
+    with proxy.http(None) as http:
+        missing = http.get("/v2/chat/completions", params={"api_key": key}, headers={"X-Request-Id": rid})
+        # A client that put its key in the URL's path: the segment is redacted, the rest kept.
+        keyed = http.get(f"/v1/{key}/models", headers={"X-Request-Id": key_rid})
+    assert missing.status_code == keyed.status_code == 404
+    (line,) = access_lines(caplog, rid)
+    fields = dict(part.split("=", 1) for part in line.getMessage().split(" "))
+    assert fields["route"] == "(unmatched)" and fields["path"] == "/v2/chat/completions"
+    assert fields["status"] == "404"
+    (keyed_line,) = access_lines(caplog, key_rid)
+    assert "path=/v1/<redacted>/models" in keyed_line.getMessage()
+    assert not [r for r in caplog.records if key in r.getMessage()]
+
+
+def test_a_matched_route_logs_its_template_and_no_path(
+    proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rid = "req-" + uuid.uuid4().hex[:12]
+    with proxy.http() as http:
+        assert http.get("/v1/memories/mem-nope", headers={"X-Request-Id": rid}).status_code == 404
+    (line,) = access_lines(caplog, rid)
+    assert "route=/v1/memories/{memory_id}" in line.getMessage() and " path=" not in line.getMessage()
+
+
+def test_a_json_line_of_an_unmatched_route_carries_a_path_field(
+    json_proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rid = "req-" + uuid.uuid4().hex[:12]
+    with json_proxy.http(None) as http:
+        assert http.get("/nowhere/" + "x" * 400, headers={"X-Request-Id": rid}).status_code == 404
+    (line,) = access_lines(caplog, rid)
+    record = json.loads(line.getMessage())
+    assert record["route"] == "(unmatched)"
+    assert record["path"].startswith("/nowhere/xxx") and len(record["path"]) == 200  # capped
