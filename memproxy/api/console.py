@@ -11,6 +11,10 @@ Invariants:
   renders attacker-controlled text (memories come from users' chats) with ``textContent``
   only; the policy is the second line of defence.
 - Files are read once when the app is built; only the bundle's own file names are served.
+- ``/favicon.ico`` is a tiny inline SVG (browsers ask for it on every page; a 404 there is
+  noise in every access log and devtools console).
+- The one API route only the console reads, ``GET /v1/whoami`` (``api.whoami``), comes with
+  this router, so the console is one ``include_router``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from importlib import resources
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from memproxy.api import whoami
 from memproxy.errors import not_found
 
 CSP = (
@@ -40,9 +45,20 @@ _TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
 }
+# The console's mark: a rounded square with an "m"; SVG, since every current browser takes it
+# as an icon and it is a few hundred bytes of text instead of a binary file.
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    b'<rect width="16" height="16" rx="3" fill="#1f4e79"/>'
+    b'<path d="M3.5 12V5.5h1.6l.1.9c.5-.7 1.1-1 1.9-1 .8 0 1.4.4 1.7 1 .5-.7 1.2-1 2-1 1.4 0 2.2.9 2.2 2.5V12'
+    b'h-1.7V8.2c0-.9-.3-1.3-1-1.3-.6 0-1.1.5-1.1 1.3V12H7.5V8.2c0-.9-.3-1.3-1-1.3-.6 0-1.1.5-1.1 1.3V12z"'
+    b' fill="#fff"/></svg>'
+)
+FAVICON_TYPE = "image/svg+xml"
 _LANDING = b"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>memproxy</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="/favicon.ico" type="image/svg+xml"></head>
 <body><h1>memproxy</h1>
 <p>An OpenAI-compatible proxy with long-term memory. The API is under <code>/v1</code>.</p>
 <p><a href="/ui">Open the memory console</a></p></body></html>
@@ -69,6 +85,11 @@ def build_router() -> APIRouter:
     bundle = load_bundle()
     index = bundle["index.html"]
     router = APIRouter()
+    router.include_router(whoami.router)
+
+    @router.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return _page(FAVICON, FAVICON_TYPE)
 
     @router.get("/", include_in_schema=False)
     async def landing() -> Response:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from tests.support.proxy import Proxy
+from tests.support.proxy import KEYS, Proxy
 
 
 @pytest.mark.parametrize("path", ["/", "/ui", "/ui/", "/ui/app.js", "/ui/app.css", "/ui/scope.js"])
@@ -61,3 +62,36 @@ def test_bundle_never_writes_markup_from_data(proxy: Proxy) -> None:
         ):
             assert sink not in code
         assert "cookie" not in code.lower() and "localStorage" not in code
+
+
+def test_favicon_is_served_not_a_404(proxy: Proxy) -> None:
+    with proxy.http(None) as http:
+        icon = http.get("/favicon.ico")
+        page = http.get("/ui")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg") and len(icon.content) < 2048
+    assert icon.headers["x-content-type-options"] == "nosniff"
+    assert 'rel="icon" href="/favicon.ico"' in page.text
+
+
+def test_whoami_names_the_credentials_tenant(proxy: Proxy, keys_proxy: Proxy) -> None:
+    with proxy.http("sk-whoami-one") as one, proxy.http("sk-whoami-two") as two:
+        first, second = one.get("/v1/whoami").json(), two.get("/v1/whoami").json()
+    # Passthrough: each token is its own tenant, a hash of it (never the token itself).
+    assert first["auth_mode"] == second["auth_mode"] == "passthrough"
+    assert re.fullmatch(r"pt_[0-9a-f]{40}", first["tenant"]) and first["tenant"] != second["tenant"]
+    assert "sk-whoami-one" not in json.dumps(first)
+    with keys_proxy.http(KEYS[1]["key"]) as beta:
+        assert beta.get("/v1/whoami").json() == {"object": "whoami", "tenant": "beta", "auth_mode": "keys"}
+
+
+def test_whoami_needs_a_credential_and_takes_no_parameters(keys_proxy: Proxy) -> None:
+    with keys_proxy.http(None) as anonymous:
+        refused = anonymous.get("/v1/whoami")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] is not None
+    with keys_proxy.http("mp-key-not-configured-0000") as wrong:
+        assert wrong.get("/v1/whoami").status_code == 401
+    with keys_proxy.http(KEYS[0]["key"]) as alpha:
+        typo = alpha.get("/v1/whoami", params={"tenant": "beta"})
+    assert typo.status_code == 400 and typo.json()["error"]["param"] == "tenant"

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from memproxy.auth import passthrough_tenant
 from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.browser import chromium, screenshot_dir, watch_dialogs
@@ -121,6 +122,7 @@ def test_operator_walks_the_console(
     expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
     page.screenshot(path=str(shots / "sign-in.png"))
     sign_in(page, proxy, ALPHA)
+    expect(page.locator("#tenant")).to_have_text("Tenant alpha")  # which tenant this key is
     assert page.context.cookies() == []
     assert ALPHA not in page.url
     assert page.evaluate("sessionStorage.getItem('memproxy.credential')") == ALPHA
@@ -164,6 +166,10 @@ def test_operator_walks_the_console(
     expect(page.get_by_role("heading", name=f"Job {jobs['second']}")).to_be_visible()
     expect(page.locator("li.message.user .content")).to_have_text(f"I moved to Porto. Remember that {SCRIPT}")
     expect(page.locator("li.message.assistant")).to_have_count(1)
+    # What the extraction of that turn did: Lisbon → Porto updated, the script text added.
+    expect(page.locator("#job-report .report-applied")).to_have_text(
+        "1 added, 1 updated, 0 deleted, 0 refused."
+    )
     page.screenshot(path=str(shots / "job-messages.png"), full_page=True)
     page.go_back()
 
@@ -330,3 +336,68 @@ def test_passthrough_mode_signs_in_with_the_provider_token(proxy: Proxy, page: P
     page.goto(f"{proxy.url}/ui#/scope?user_id={user}&agent_id=")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.get_by_text("Has a passthrough tenant")).to_have_count(0)
+
+
+def test_a_new_token_is_told_it_is_its_own_tenant(proxy: Proxy, page: Page) -> None:
+    """Signing in with a token that sent nothing yet: which tenant it is, and why it is empty."""
+    token = f"sk-newcomer-{uuid.uuid4().hex[:8]}"
+    sign_in(page, proxy, token)
+    expect(page.locator("#tenant code")).to_have_text(passthrough_tenant(token))
+    expect(page.locator(".empty")).to_contain_text("No scopes yet")
+    expect(page.locator(".empty .hint")).to_contain_text("each token is its own tenant")
+    # The tenant survives a reload (the credential is still in the tab; whoami is asked again).
+    page.reload()
+    expect(page.locator("#tenant code")).to_have_text(passthrough_tenant(token))
+
+
+def test_jobs_open_on_a_tab_with_jobs_and_a_job_shows_what_was_refused(
+    proxy: Proxy, fake: ScriptedUpstream, page: Page
+) -> None:
+    token = f"sk-jobs-{uuid.uuid4().hex[:8]}"
+    user = f"refused-{uuid.uuid4().hex[:8]}"
+    marker = uuid.uuid4().hex
+
+    def with_a_secret(body: dict[str, Any]) -> str:
+        if marker not in json.dumps(body):
+            return rule_extractor(body)
+        return json.dumps({"operations": [
+            {"op": "ADD", "text": "User keeps a cactus"},
+            {"op": "ADD", "text": "User's API key is sk-proj-" + "a1B2c3D4e5" * 4},
+        ]})  # fmt: skip
+
+    fake.extractor = with_a_secret
+    try:
+        turn = say(proxy, f"I keep a cactus ({marker})", user=user, token=token)
+        wait_job(proxy.url, turn.job_id, token=token)
+    finally:
+        fake.extractor = None
+    sign_in(page, proxy, token)
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    # No dead job in this tenant: the page opens on "all", which lists the done one.
+    expect(page.get_by_role("link", name="all", exact=True)).to_have_attribute("aria-current", "page")
+    expect(page.get_by_text("No dead jobs.")).to_have_count(0)
+    page.get_by_role("link", name=turn.job_id).click()
+    expect(page.get_by_role("heading", name=f"Job {turn.job_id}")).to_be_visible()
+    expect(page.locator("#job-report .report-applied")).to_have_text(
+        "1 added, 0 updated, 0 deleted, 1 refused."
+    )
+    refused = page.get_by_role("list", name="Refused operations").locator("li")
+    expect(refused).to_have_count(1)
+    expect(refused).to_contain_text("ADD refused: it looks like a secret")
+    expect(refused).not_to_contain_text("a1B2c3D4e5")  # the report never repeats the secret
+    # The page's icon is served (browsers ask for /favicon.ico on every page).
+    assert page.evaluate("fetch(document.querySelector('link[rel=icon]').href).then((r) => r.status)") == 200
+
+
+def test_jobs_open_on_dead_when_there_are_dead_jobs(
+    keys_proxy: Proxy, fake: ScriptedUpstream, page: Page
+) -> None:
+    user = f"dead-{uuid.uuid4().hex[:8]}"
+    try:
+        dead = dead_job(keys_proxy, fake, user)
+    finally:
+        fake.extractor = None
+    sign_in(page, keys_proxy, ALPHA)
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    expect(page.get_by_role("link", name="dead", exact=True)).to_have_attribute("aria-current", "page")
+    expect(page.locator("tbody tr").filter(has=page.get_by_role("link", name=dead))).to_have_count(1)

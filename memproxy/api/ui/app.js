@@ -12,6 +12,16 @@ import { scopesPage } from "/ui/scopes.js";
 const main = document.getElementById("main");
 const status = document.getElementById("status");
 const nav = document.getElementById("nav");
+const tenantLabel = document.getElementById("tenant");
+
+// Who the credential is (GET /v1/whoami), asked once per sign-in: shown in the header, and
+// the scopes page says why another credential sees other scopes.
+let whoami = null;
+
+function showTenant(me) {
+  whoami = me;
+  fill(tenantLabel, me ? ["Tenant ", h("code", { title: `auth mode: ${me.auth_mode}` }, me.tenant)] : null);
+}
 
 const ROUTES = {
   scopes: scopesPage,
@@ -28,6 +38,7 @@ export function say(message, kind = "info") {
 
 function signInPage(message) {
   nav.hidden = true;
+  showTenant(null);
   const input = h("input", {
     id: "credential", type: "password", autocomplete: "off", required: true, spellcheck: false,
   });
@@ -43,14 +54,16 @@ function signInPage(message) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const token = input.value.trim();
+    let me;
     try {
-      await api("GET", "/v1/scopes", { query: { limit: 1 }, token });
+      me = await api("GET", "/v1/whoami", { token });
     } catch (failure) {
       error.hidden = false;
       error.textContent = failure.status === 401 ? "That credential was not accepted." : failure.message;
       return;
     }
     remember(token);
+    showTenant(me);
     input.value = "";
     if (!location.hash || location.hash === "#/" || location.hash === "#") location.hash = "#/scopes";
     else route();
@@ -71,6 +84,14 @@ async function route(keepStatus) {
   if (keepStatus !== true) say("");
   if (!credential()) return signInPage();
   nav.hidden = false;
+  if (!whoami) {
+    try {
+      showTenant(await api("GET", "/v1/whoami"));
+    } catch (failure) {
+      if (failure.status === 401) return; // whenUnauthorized has shown the sign-in page
+      // The header is a nicety: the page itself still loads and says what went wrong.
+    }
+  }
   const { name, params } = parseHash();
   const page = ROUTES[name];
   const mine = ++generation;
@@ -83,7 +104,7 @@ async function route(keepStatus) {
   }
   try {
     // A page renders into `view`; `refresh` re-runs the current route (after a change).
-    await page(view, params, { say, refresh: () => route(true), stale: () => mine !== generation });
+    await page(view, params, { say, refresh: () => route(true), stale: () => mine !== generation, whoami });
   } catch (failure) {
     if (mine !== generation || failure.status === 401) return;
     fill(view, h("h1", {}, failure.status === 404 ? "Not found" : "Something went wrong"),

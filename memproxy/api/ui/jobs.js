@@ -13,11 +13,20 @@ function seconds(from, to) {
   return s >= 0 ? `${s.toFixed(1)} s` : "";
 }
 
+/**
+ * The tab Jobs opens on when the link names none: "dead" when there are dead jobs (they are
+ * what needs a human), else "all" -- so a newcomer sees their jobs, not "No dead jobs."
+ */
+async function openingTab(ids) {
+  const dead = await api("GET", "/v1/jobs", { query: { status: "dead", limit: 1, ...ids } });
+  return dead.data.length ? "dead" : "all";
+}
+
 export async function jobsPage(view, params, ctx) {
-  const status = params.get("status") || "dead";
   const ids = {};
   if (params.has("user_id")) ids.user_id = params.get("user_id");
   if (params.has("agent_id")) ids.agent_id = params.get("agent_id");
+  const status = params.get("status") || await openingTab(ids);
   const cursor = params.get("cursor") || "";
   const trail = (params.get("trail") || "").split(",").filter(Boolean);
   const page = await api("GET", "/v1/jobs", {
@@ -91,10 +100,42 @@ export async function jobPage(view, params, ctx) {
       ["next attempt", when(job.next_attempt_at) || "—"],
     ]),
     job.status === "dead" ? h("p", {}, retryButton(job, ctx)) : null,
+    h("h2", {}, "What the extraction did"),
+    reportSection(job),
     h("h2", {}, "Captured messages"),
     messages.data.length ? h("ol", { class: "messages" }, messages.data.map((m) => h("li", { class: `message ${m.role}` },
       h("p", { class: "role" }, m.role),
       h("p", { class: "content" }, typeof m.message.content === "string" ? m.message.content : json(m.message.content)),
       m.message.tool_calls ? h("pre", {}, json(m.message.tool_calls)) : null)))
       : h("p", { class: "empty" }, "No captured messages."));
+}
+
+// memory.guards.REASONS in words; an unknown reason is shown as it is.
+const REASON_WORDS = {
+  secret: "it looks like a secret", too_long: "too long", question: "a question, not a fact",
+  placeholder: "a placeholder, not a fact", prompt_example: "copied from the prompt's examples",
+  duplicate: "already stored", collision: "the same as an existing memory", invalid: "malformed",
+  missing: "names no memory it was shown",
+};
+
+/** The job's report (GET /v1/jobs/{id} `report`): counts applied, and each refused operation with why. */
+function reportSection(job) {
+  const report = job.report;
+  if (!report) {
+    return h("p", { class: "empty", id: "job-report" }, job.status === "done"
+      ? "No report was kept for this job."
+      : "Not extracted yet: the report appears once the job is done.");
+  }
+  const applied = report.applied || {};
+  const count = (op, word) => `${applied[op] || 0} ${word}`;
+  const rejected = report.rejected || [];
+  return h("section", { id: "job-report", "aria-label": "Extraction report" },
+    h("p", { class: "report-applied" },
+      `${count("ADD", "added")}, ${count("UPDATE", "updated")}, ${count("DELETE", "deleted")}, ${rejected.length} refused.`),
+    report.empty_answer
+      ? h("p", { class: "note" }, "The model proposed nothing although the turn seems to state facts about the user.")
+      : null,
+    rejected.length ? h("ul", { class: "report", "aria-label": "Refused operations" }, rejected.map((r) => h("li", {},
+      h("strong", {}, r.op), r.id ? [" ", h("code", {}, r.id)] : null,
+      ` refused: ${REASON_WORDS[r.reason] || r.reason}`, r.detail ? ` (${r.detail})` : null))) : null);
 }

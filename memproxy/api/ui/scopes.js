@@ -5,7 +5,17 @@ import { fill, h, link, pagerNav, when } from "/ui/dom.js";
 
 const PAGE = 50;
 
-export async function scopesPage(view, params) {
+/** Why this credential sees these scopes and another sees others: a tenant per token or key. */
+export function tenantHint(whoami) {
+  if (!whoami) return "Each credential sees only its own tenant's scopes.";
+  if (whoami.auth_mode === "passthrough") {
+    return "In passthrough mode each token is its own tenant: another token (even another key of "
+      + "the same provider account) sees other scopes, and this one sees only what was sent with it.";
+  }
+  return "Each memproxy key belongs to the tenant configured for it: a key of another tenant sees other scopes.";
+}
+
+export async function scopesPage(view, params, ctx) {
   const q = params.get("q") || "";
   const cursor = params.get("cursor") || "";
   const trail = (params.get("trail") || "").split(",").filter(Boolean);
@@ -35,7 +45,8 @@ export async function scopesPage(view, params) {
 
   fill(view,
     h("h1", {}, "Scopes"),
-    h("p", { class: "muted" }, "Users and agents of your tenant with memories or jobs."),
+    h("p", { class: "muted" }, "Users and agents of ",
+      ctx.whoami ? ["tenant ", h("code", {}, ctx.whoami.tenant)] : "your tenant", " with memories or jobs."),
     form,
     rows.length
       ? h("table", {},
@@ -43,7 +54,9 @@ export async function scopesPage(view, params) {
         h("thead", {}, h("tr", {}, ["User", "Agent", "Memories", "Expired", "Queued jobs", "Dead jobs",
           "Last activity"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows))
-      : h("p", { class: "empty" }, q ? "No scope matches." : "No scopes yet: memories appear here once your apps chat through memproxy."),
+      : h("div", { class: "empty" }, q ? "No scope matches." : [
+        h("p", {}, "No scopes yet: memories appear here once your apps chat through memproxy with this credential."),
+        h("p", { class: "hint" }, tenantHint(ctx.whoami))]),
     pager);
   search.focus();
 }
