@@ -8,16 +8,24 @@ honest), drives N concurrent clients for a fixed time, drains the outbox and che
 - every successful turn with capture on was captured exactly once (its job exists and its
   user message is stored once); failed, dropped and capture-off turns were not;
 - no memory is visible across scopes or tenants (listing, search and recalled replies);
-- resident memory is stable after warm-up; the server is still ready; SIGTERM exits 0.
+- resident memory (the server and its workers) is stable after warm-up; the server is still
+  ready; SIGTERM exits 0;
+- the server's log has no error, no lost capture and no restarted worker; each missing turn
+  is reported with every log line naming its job, so it comes with its cause.
 
-Usage: ``python bench/soak.py [--duration 300] [--clients 64] [--scopes 16]``.
-Prints one JSON object; exit status 1 when any check failed.
+The client is plain httpx with its default pool (5 s idle expiry, as the OpenAI SDK), so a
+server that closes idle connections as soon as the client may reuse them shows up as a
+client error here.
+
+Usage: ``python bench/soak.py [--duration 300] [--clients 64] [--scopes 16] [--workers 2]
+[--keep DIR]``. Prints one JSON object; exit status 1 when any check failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -108,7 +116,7 @@ class Tally:
 
 
 @contextmanager
-def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+def subprocesses(tmp: Path, workers: int = 1) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     """The scripted upstream and memproxy, started side by side; both stopped and reaped on exit."""
     up_port, mp_port = processes.free_port(), processes.free_port()
     config = {
@@ -125,7 +133,8 @@ def subprocesses(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path
     }
     # Logs go to files: the scripted drops make the upstream print a traceback each.
     upstream = processes.upstream_child(__file__, "--serve-upstream", up_port, tmp / "upstream.log")
-    server = processes.memproxy_child("serve", config, tmp, "memproxy")
+    extra = ("--workers", str(workers)) if workers > 1 else ()
+    server = processes.memproxy_child("serve", config, tmp, "memproxy", *extra)
     with processes.running([upstream, server]) as (_, server_proc):
         yield f"http://127.0.0.1:{mp_port}", server_proc, tmp / "data" / "memproxy.sqlite3"
 
@@ -228,17 +237,31 @@ async def client_loop(
 
 
 class RssSampler:
-    """Samples the server's resident set size once a second (Linux ``/proc``)."""
+    """Samples the server's resident set size once a second (Linux ``/proc``): the process and
+    its descendants, so ``--workers N`` counts the workers, not just their supervisor."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.samples: list[tuple[float, float]] = []
 
+    def tree(self) -> list[int]:
+        pids, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+                with contextlib.suppress(OSError):
+                    todo += [int(child) for child in task.read_text().split()]
+        return pids
+
     def read_mb(self) -> float:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        total = 0
+        for pid in self.tree():
+            with contextlib.suppress(OSError):  # a process that just exited
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        return total / 1024
 
     async def run(self, started: float) -> None:
         while True:
@@ -308,7 +331,7 @@ def drain(url: str, timeout: float) -> float:
     raise TimeoutError("the outbox did not drain")
 
 
-def check_captures(db_path: Path, tally: Tally) -> dict[str, int]:
+def check_captures(db_path: Path, tally: Tally) -> dict[str, Any]:
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
         jobs = dict(conn.execute("SELECT id, status FROM jobs").fetchall())
         rows = conn.execute("SELECT job_id, content FROM messages WHERE role = 'user'").fetchall()
@@ -324,6 +347,7 @@ def check_captures(db_path: Path, tally: Tally) -> dict[str, int]:
         "expected": len(expected),
         "jobs": len(jobs),
         "missing_jobs": len(expected - jobs.keys()),
+        "missing_ids": sorted(expected - jobs.keys()),
         "extra_jobs": len(jobs.keys() - expected),
         "not_stored_once": sum(
             1 for job, text in tally.captured.items() if stored[text] != 1 or stored_under[text] != job
@@ -331,6 +355,25 @@ def check_captures(db_path: Path, tally: Tally) -> dict[str, int]:
         "stored_but_should_not": sum(1 for text in tally.not_captured if stored[text]),
         "done": sum(1 for s in jobs.values() if s == "done"),
         "dead": sum(1 for s in jobs.values() if s == "dead"),
+    }
+
+
+# Server log lines that say a turn's capture did not happen (outbox.capture).
+CAPTURE_LOST = re.compile(r"capture of job \S+ failed|turn of job \S+ not captured")
+
+
+def server_evidence(log_path: Path, missing: list[str]) -> dict[str, Any]:
+    """What the server's log says about the missing turns and its own errors, so a missing turn
+    or a client error comes with its cause (or the lack of one) instead of a bare count."""
+    lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+    errors = [line for line in lines if " ERROR " in line or line.startswith("Traceback")]
+    return {
+        "error_lines": len(errors),
+        "error_samples": [line[:300] for line in errors[:10]],
+        "capture_lost_lines": sum(1 for line in lines if CAPTURE_LOST.search(line)),
+        "worker_restarts": sum(1 for line in lines if "exited (code" in line),
+        # Every line naming a missing job (its access-log line, a capture failure...).
+        "missing": {job: [line[:300] for line in lines if job in line] for job in missing[:10]},
     }
 
 
@@ -381,6 +424,17 @@ def latency_summary(seconds: list[float]) -> dict[str, float]:
             "max_ms": round(max(seconds) * 1000, 1)}  # fmt: skip
 
 
+@contextmanager
+def work_dir(keep: str | None) -> Iterator[Path]:
+    """A temporary directory for the data and the logs, or ``keep`` (created, left in place)."""
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        yield Path(keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="memproxy-soak-") as tmp:
+        yield Path(tmp)
+
+
 def stop_server(server: subprocess.Popen[bytes]) -> int | None:
     server.send_signal(signal.SIGTERM)
     try:
@@ -394,8 +448,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     phases: dict[str, float] = {}
     clock = time.monotonic()
     with (
-        tempfile.TemporaryDirectory(prefix="memproxy-soak-") as tmp,
-        subprocesses(Path(tmp)) as (url, server, db),
+        work_dir(args.keep) as tmp,
+        subprocesses(tmp, args.workers) as (url, server, db),
     ):
         phases["startup_s"] = time.monotonic() - clock
         load = asyncio.run(drive(url, server.pid, args, tally))
@@ -408,6 +462,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         clock = time.monotonic()
         exit_code = stop_server(server)
         phases["shutdown_s"] = time.monotonic() - clock
+        evidence = server_evidence(tmp / "memproxy.log", captures["missing_ids"])
     total = sum(tally.outcomes.values())
     rss = load["rss_mb"]
     checks = {
@@ -422,6 +477,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "no_cross_scope_memory": not tally.leaks and isolation["memories_held"] > 0,
         "rss_stable_after_warmup": rss["growth_after_warmup"]
         <= max(args.rss_slack_mb, 0.2 * rss["after_warmup"]),
+        "server_log_clean": evidence["error_lines"]
+        == evidence["capture_lost_lines"]
+        == evidence["worker_restarts"]
+        == 0,
         "healthy_after": ready,
         "graceful_exit_0": exit_code == 0,
     }
@@ -440,6 +499,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "isolation": isolation,
         "rss_mb": rss,
         "unexpected_samples": tally.unexpected,
+        "server_log": evidence,
         "leak_samples": tally.leaks[:10],
         "checks": checks,
         "passed": all(checks.values()),
@@ -454,6 +514,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=0.3, help="fraction of the run treated as warm-up")
     parser.add_argument("--rss-slack-mb", type=float, default=40.0, help="allowed RSS growth after warm-up")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", metavar="DIR", help="keep the data dir and the logs in DIR (an empty dir)")
+    parser.add_argument("--workers", type=int, default=1, help="memproxy serve --workers N (default 1)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
