@@ -196,6 +196,14 @@ class ExtractionSettings(_Section):
     response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
 
 
+class McpSettings(_Section):
+    # Origins a browser page may call /mcp from (the MCP specification's DNS-rebinding check):
+    # exact ``scheme://host[:port]`` values. A request without ``Origin`` (a host process, not a
+    # page) and one from a loopback origin (``http://localhost:*``, ``127.0.0.1``, ``[::1]``)
+    # are always accepted; any other origin gets 403.
+    allowed_origins: list[str] = Field(default_factory=list)
+
+
 class Settings(_Section):
     server: ServerSettings = Field(default_factory=ServerSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
@@ -206,6 +214,7 @@ class Settings(_Section):
     recall: RecallSettings = Field(default_factory=RecallSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> None:

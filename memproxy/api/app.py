@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy import __version__
@@ -23,6 +23,7 @@ from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import CLIENT_CLOSED, AccessLogMiddleware
+from memproxy.api.mcp_server import McpDoor
 from memproxy.api.messages import is_anthropic_route
 from memproxy.api.openapi import openapi_schema
 from memproxy.config import Settings
@@ -160,6 +161,8 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings) -> FastAPI:
     # Per app, not prometheus-client's global registry: tests run several apps in one process.
     app_metrics = Metrics()
+    # /mcp (issue 23): the MCP door onto the same services, its session manager inside the lifespan.
+    mcp_door = McpDoor(settings, app_metrics.registry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -188,7 +191,7 @@ def create_app(settings: Settings) -> FastAPI:
             await services.close()
 
     # /openapi.json: the schema clients and fuzzers read (api.openapi); no docs pages (no CDN assets).
-    app = FastAPI(title="memproxy", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+    app = FastAPI(title="memproxy", version=__version__, lifespan=mcp_door.wrap(lifespan), docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")  # fmt: skip
     app.include_router(chat.router)
     app.include_router(responses.router)
@@ -199,6 +202,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(scopes_api.router)
     app.include_router(ops.router)
     app.include_router(console.build_router())
+    app.router.routes.append(Route(mcp_door.PATH, mcp_door, include_in_schema=False))
     app.state.metrics = app_metrics
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memproxy.errors import ApiError, not_found
-from memproxy.headers import EXISTING_ID
+from memproxy.headers import EXISTING_ID, display_name
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, Memory
 from memproxy.memory.store import MemoryStore
@@ -91,7 +91,8 @@ def scope_id(caller: Caller, args: Mapping[str, Any], field: str, header: str) -
         value = validate_id(args[field], field)
         pinned_value = _header_value(caller, header) if caller.pinned else None
         if pinned_value and value != pinned_value:
-            raise ApiError(403, f"This connection is pinned to {field} '{pinned_value}' by its {header} "
+            raise ApiError(403, f"This connection is pinned to {field} '{pinned_value}' by its "
+                           f"{display_name(header)} "
                            f"header; omit '{field}' or pass that value.", param=field,
                            code="scope_pinned")  # fmt: skip
         return value
