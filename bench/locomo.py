@@ -116,6 +116,14 @@ def settings(data_dir: Path, port: int, embedder: str, model: str | None) -> dic
     }
 
 
+def import_turns(http: httpx.Client, conversations: list[dict[str, Any]]) -> None:
+    """Every turn one memory of its conversation's scope, through ``POST /v1/memories/import``."""
+    for conv in conversations:
+        lines = [json.dumps({"user_id": conv["id"], "text": text, "metadata": {"dia_id": dia}})
+                 for dia, text in conv["turns"]]  # fmt: skip
+        http.post("/v1/memories/import", content="\n".join(lines) + "\n").raise_for_status()
+
+
 def evaluate(url: str, conversations: list[dict[str, Any]]) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     hits: dict[int, list[float]] = {k: [] for k in KS}
@@ -125,11 +133,7 @@ def evaluate(url: str, conversations: list[dict[str, Any]]) -> dict[str, Any]:
     latencies: list[float] = []
     with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
         started = time.perf_counter()
-        for conv in conversations:
-            lines = [json.dumps({"user_id": conv["id"], "text": text, "metadata": {"dia_id": dia}})
-                     for dia, text in conv["turns"]]  # fmt: skip
-            reply = http.post("/v1/memories/import", content="\n".join(lines) + "\n")
-            reply.raise_for_status()
+        import_turns(http, conversations)
         ingest_s = time.perf_counter() - started
         for conv in conversations:
             for q in conv["questions"]:

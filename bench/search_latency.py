@@ -26,7 +26,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import processes
-from locomo import DEFAULT_PATH, TOKEN, load, settings
+from locomo import DEFAULT_PATH, TOKEN, import_turns, load, settings
 from stats import percentiles_ms
 
 HERE = Path(__file__).resolve().parents[1]
@@ -54,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             clients = {name: httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
                        for name, url in (("this", this_url), ("other", other_url))}  # fmt: skip
             for http in clients.values():
-                for conv in conversations:
-                    lines = [json.dumps({"user_id": conv["id"], "text": text, "metadata": {"dia_id": dia}})
-                             for dia, text in conv["turns"]]  # fmt: skip
-                    http.post("/v1/memories/import", content="\n".join(lines) + "\n").raise_for_status()
+                import_turns(http, conversations)
             seconds: dict[str, list[float]] = {"this": [], "other": []}
             for round_ in range(args.rounds):
                 order = ["this", "other"] if round_ % 2 == 0 else ["other", "this"]

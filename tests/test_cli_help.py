@@ -4,6 +4,10 @@ description and every option a help text; ``--tenant`` says it takes a tenant id
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +46,11 @@ def test_tenant_says_it_is_the_tenant_id_not_the_token(name: str) -> None:
     (tenant,) = [a for a in commands()[name]._actions if "--tenant" in a.option_strings]
     assert tenant.help and "not a token" in tenant.help and "pt_" in tenant.help
     assert "memproxy tenant --token" in tenant.help
+
+
+def test_version_is_the_projects() -> None:
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    expected = tomllib.loads(pyproject.read_text())["project"]["version"]
+    done = subprocess.run([sys.executable, "-m", "memproxy", "--version"], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    assert done.stdout.strip() == f"memproxy {expected}"

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
+from memproxy import __version__
 from memproxy.metrics import Metrics
 
 router = APIRouter()
@@ -13,7 +14,7 @@ router = APIRouter()
 
 @router.get("/healthz")
 async def healthz() -> Response:
-    return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": "ok", "version": __version__})
 
 
 @router.get("/readyz")

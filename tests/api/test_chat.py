@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import tomllib
+from pathlib import Path
 
 import httpx
 import openai
@@ -339,9 +341,14 @@ def test_request_id_is_echoed_or_made(proxy: Proxy) -> None:
     assert len(made.headers["x-request-id"]) == 32
 
 
+def project_version() -> str:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+
+
 def test_health_and_readiness(proxy: Proxy) -> None:
     with httpx.Client(base_url=proxy.url) as http:
-        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/healthz").json() == {"status": "ok", "version": project_version()}
         assert http.get("/readyz").status_code == 200
 
 
