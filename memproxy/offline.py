@@ -4,8 +4,11 @@ Both use the scripted stand-in for a provider that the demo and the tests use
 (``memproxy.testing.scripted_upstream``): an OpenAI-compatible server whose answers echo the
 user and list the memories it was given (``You said: … | I remember: …``), and whose
 extraction answers come from a rule-based extractor ("My name is Ana", "I live in Lisbon",
-"I like jazz", "Remember that …"). So a user's own client, pointed at a real memproxy,
-sees memory captured, extracted and recalled end to end, with no key and no network.
+"I like jazz", "Remember that my cat is called Miso" → "User's cat is called Miso"; a question
+is never a fact). It refuses what OpenAI refuses (an unknown role, a content that is neither
+text nor parts, a parameter of the wrong type: a 400 in OpenAI's shape), so a client bug shows
+here first. So a user's own client, pointed at a real memproxy, sees memory captured,
+extracted and recalled end to end, with no key and no network.
 
 Invariants:
 - Offline mode only redirects where model calls go (``upstream.api_base``); the data dir,

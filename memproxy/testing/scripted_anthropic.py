@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from memproxy.testing.scripted_replies import TOOL_ARGUMENTS, reply_for
 from memproxy.testing.scripted_responses import as_messages
-from memproxy.testing.scripted_upstream import TOOL_ARGUMENTS, reply_for
 
 EventList = list[dict[str, Any]]
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

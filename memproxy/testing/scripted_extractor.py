@@ -8,13 +8,19 @@ and turns a few first-person sentence shapes of the *new* user messages into ope
   existing "User lives in …" memory
 - "I like / love X" → ADD "User likes X";  "I don't like X anymore" / "I no longer like X"
   → DELETE the matching "User likes X"
-- "I work at X" / "I work as X" → ADD or UPDATE "User works at/as X";  "Remember that X" → ADD "X"
+- "I work at X" / "I work as X" → ADD or UPDATE "User works at/as X"
+- "Remember that X": X read as a sentence of its own ("Remember that my cat is called Miso" →
+  "User's cat is called Miso"); one no other shape matches is added in the third person
+  ("my" → "User's", "I'm" → "User is", "I <verb>" → "User <verb>s"), or as it is when it
+  says nothing about the user ("Remember that the codeword is blue")
 - "I'm Ana Lima" → the name; "I'm allergic to X", "I'm vegetarian", "I have a X", "I prefer X",
   "I play/drink/eat X", "I'm learning/flying … X" (a leading "Next Friday" kept), "My X is Y"
   → ADD;  "I'm not X anymore" → DELETE the matching "User is X"
 - clauses joined by "and I …", ", I …" or ";" are read one by one
 
-Anything else yields no operations. Never used in the request path of a real deployment.
+Questions yield nothing ("What do I like doing?" states no fact; a sentence ending in "?"
+or opening with a question word is one), nor does anything else. Never used in the request
+path of a real deployment.
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ import json
 import re
 from typing import Any
 
-_SENTENCES = re.compile(r"[^.!?\n]+")
+# A sentence keeps its closing punctuation: "?" is what marks a question.
+_SENTENCES = re.compile(r"[^.!?\n]+[.!?]*")
+# A question without its "?": a question word and an auxiliary ("what do I like doing"), or an
+# auxiliary and a subject ("do you know I like jazz"). "When I was young …" is not one.
+_AUX = r"(?:do|does|did|am|is|are|was|were|can|could|would|will|should|shall|have|has)"
+_QUESTION_START = re.compile(
+    rf"^\W*(?:(?:what|who|whom|whose|where|when|why|which|how)\s+{_AUX}|{_AUX}\s+(?:i|you|we|they|he|she|it|my|your))\b",
+    re.I,
+)
 _CLAUSES = re.compile(r",?\s+and\s+(?=I\b)|;\s+|,\s+(?=I\b)")
 # (pattern, memory prefix that marks "the same fact", template for the new text)
 _SINGLE_VALUED = [
@@ -80,6 +94,44 @@ def _find(memories: list[dict[str, Any]], prefix: str) -> str | None:
     return None
 
 
+def is_question(sentence: str) -> bool:
+    """A question states no fact about the user, whatever first-person words it holds."""
+    return sentence.rstrip().endswith("?") or _QUESTION_START.search(sentence) is not None
+
+
+# First person → the "User …" form memories are written in, for a remembered sentence that no
+# other shape matched. Order matters: "I'm" and "I have" before the bare "I <verb>".
+_THIRD_PERSON = [
+    (re.compile(r"\b(?:i'm|i am)\b", re.I), "User is"),
+    (re.compile(r"\b(?:i've|i have)\b", re.I), "User has"),
+    (re.compile(r"\bi was\b", re.I), "User was"),
+    (re.compile(r"\bi'll\b", re.I), "User will"),
+    (re.compile(r"\bi'd\b", re.I), "User would"),
+    (re.compile(r"\bmy\b", re.I), "User's"),
+    (re.compile(r"\bmine\b", re.I), "User's"),
+    (re.compile(r"\b(?:me|myself)\b", re.I), "User"),
+]
+_I_VERB = re.compile(r"\bi (?P<verb>[a-z]+)\b", re.I)
+_MODALS = frozenset("can could will would shall should may might must do did don't can't won't".split())
+
+
+def _third_person_verb(verb: str) -> str:
+    if verb.lower() in _MODALS:
+        return verb
+    if re.search(r"(?:s|sh|ch|x|z|o)$", verb):
+        return verb + "es"
+    if re.search(r"[^aeiou]y$", verb):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def third_person(text: str) -> str:
+    """``text`` with its first-person words as "User …" ("my cat" → "User's cat")."""
+    for pattern, replacement in _THIRD_PERSON:
+        text = pattern.sub(replacement, text)
+    return _I_VERB.sub(lambda m: "User " + _third_person_verb(m["verb"]), text)
+
+
 def _sentence_ops(sentence: str, memories: list[dict[str, Any]], used: set[str]) -> list[dict[str, Any]]:
     if (m := _UNLIKE.search(sentence)) is not None:
         target = _find(memories, f"User likes {m['v'].strip()}")
@@ -97,7 +149,8 @@ def _sentence_ops(sentence: str, memories: list[dict[str, Any]], used: set[str])
     if (m := _LIKE.search(sentence)) is not None:
         return [{"op": "ADD", "text": f"User likes {m['v'].strip()}"}]
     if (m := _REMEMBER.search(sentence)) is not None:
-        return [{"op": "ADD", "text": m["v"].strip()}]
+        remembered = m["v"].strip().rstrip(".!")
+        return _sentence_ops(remembered, memories, used) or [{"op": "ADD", "text": third_person(remembered)}]
     for pattern, template in _FACTS:
         if (m := pattern.search(sentence)) is not None:
             fields = {k: (v or "").strip() for k, v in m.groupdict().items()}
@@ -117,7 +170,9 @@ def rule_extractor(body: dict[str, Any]) -> str:
         if not isinstance(message, dict) or message.get("role") != "user":
             continue
         for sentence in _SENTENCES.findall(str(message.get("content") or "")):
-            for clause in _CLAUSES.split(sentence.strip()):
+            if is_question(sentence):
+                continue
+            for clause in _CLAUSES.split(sentence.strip().rstrip(".!")):
                 for op in _sentence_ops(clause.strip(), memories, used):
                     if "id" in op:
                         used.add(op["id"])

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from memproxy.testing.scripted_upstream import MEMORY_MARKER, TOOL_ARGUMENTS, reply_for
+from memproxy.testing.scripted_replies import MEMORY_MARKER, TOOL_ARGUMENTS, reply_for
 
 EventList = list[dict[str, Any]]
 

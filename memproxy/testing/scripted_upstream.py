@@ -18,6 +18,10 @@ The same behaviours answer OpenAI's Responses API (``scripted_responses``: ``/v1
 typed SSE events, stored answers for ``GET``/``DELETE``) and Anthropic's Messages API
 (``scripted_anthropic``: ``/v1/messages``, the shape LiteLLM's native Anthropic route sends).
 
+Requests are checked as OpenAI checks them (``scripted_validation``): an unknown role, a
+content that is neither text nor parts, a parameter of the wrong type or a missing required
+one is a 400 in OpenAI's error shape, so a client bug shows here and not first in production.
+
 Extraction calls (recognised by ``EXTRACTOR_MARKER`` in a system message) are answered
 from ``canned`` first, then by ``extractor`` if one is set, else by the rule-based
 ``scripted_extractor.rule_extractor``; an answer longer than the request's ``max_tokens``
@@ -46,11 +50,16 @@ from starlette.routing import Route
 
 from memproxy.messages import message_text
 from memproxy.outbox.prompt import EXTRACTOR_MARKER
+from memproxy.testing import scripted_anthropic as anthropic
+from memproxy.testing import scripted_responses as responses
 from memproxy.testing.scripted_extractor import rule_extractor
+from memproxy.testing.scripted_replies import MEMORY_MARKER, TOOL_ARGUMENTS, reply_for
+from memproxy.testing.scripted_validation import invalid_chat_request
 
-MEMORY_MARKER = "<memories>"
+# Re-exported: tests and benches import them from here (the fake's one public module).
+__all__ = ["EMBED_DIM", "MEMORY_MARKER", "TOOL_ARGUMENTS", "RawReply", "Recorded", "ScriptedUpstream",
+           "embed", "is_extraction", "reply_for", "typed_sse"]  # fmt: skip
 EMBED_DIM = 64
-TOOL_ARGUMENTS = json.dumps({"query": "weather in Paris"})
 
 
 @dataclass
@@ -130,8 +139,6 @@ class ScriptedUpstream:
         )
 
     async def _responses(self, request: Request) -> Response:
-        from memproxy.testing import scripted_responses as responses  # imports this module
-
         body = await self._record(request)
         model = str(body.get("model", ""))
         if (failure := _failure(model)) is not None:
@@ -160,8 +167,6 @@ class ScriptedUpstream:
         return JSONResponse(self.stored[response_id])
 
     async def _messages(self, request: Request) -> Response:
-        from memproxy.testing import scripted_anthropic as anthropic  # imports this module
-
         body = await self._record(request)
         model = str(body.get("model", ""))
         if (failure := anthropic.failure(model)) is not None:
@@ -214,6 +219,8 @@ class ScriptedUpstream:
         model = str(body.get("model", ""))
         if model in self.raw:
             return self.raw[model].response()
+        if (refused := invalid_chat_request(body)) is not None:
+            return refused
         if (failure := _failure(model)) is not None:
             return failure
         if "hang" in model:
@@ -294,21 +301,6 @@ def is_extraction(body: dict[str, Any]) -> bool:
         for m in body.get("messages", [])
         if isinstance(m, dict)
     )
-
-
-def reply_for(body: dict[str, Any]) -> str:
-    """A deterministic answer that shows which memories the model was given."""
-    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
-    last_user = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
-    facts: list[str] = []
-    for m in messages:
-        text = message_text(m)
-        if m.get("role") == "system" and MEMORY_MARKER in text:
-            facts += [line[2:].strip() for line in text.splitlines() if line.startswith("- ")]
-    answer = f"You said: {last_user}"
-    if facts and "terse" not in str(body.get("model", "")):
-        answer += " | I remember: " + "; ".join(facts)
-    return answer
 
 
 def embed(text: str) -> list[float]:
