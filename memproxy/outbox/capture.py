@@ -15,13 +15,20 @@ Invariants:
 - Postgres unreachable: the turn is appended to the local spool (fsynced) instead and
   moved into the outbox when the database is back (``outbox.spool``); the answer carries
   its job id as usual.
+- SQLite locked by another process (``serve --workers N``, ``memproxy worker``, an import)
+  for longer than the connection's ``busy_timeout``: the write is tried again, for up to
+  ``LOCKED_PATIENCE_S`` in all. A streamed turn's headers already carry its job id, so a
+  write given up here is an answered turn lost with nothing but a log line to show for it;
+  waiting delays only the end of that answer, and only while the lock is held.
 - Capture never breaks the answer: a failed write is logged and counted and reported in
   the ``X-Memproxy-Capture`` header when the headers are still unsent (``failed``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +48,10 @@ HEADER = CAPTURE_RESULT
 OFF = "off"
 FAILED = "failed"
 CAPTURED_ROLES = ("user", "tool", "function")
+# How long a capture keeps trying a database another process holds locked (each try itself
+# waits the connection's busy_timeout, 5 s): a long import or a stalled process, not contention.
+LOCKED_PATIENCE_S = 30.0
+_LOCKED_PAUSE_S = 0.1
 # Kept from a captured message besides role and content.
 _KEPT_KEYS = ("name", "tool_call_id", "tool_calls", "function_call")
 
@@ -152,7 +163,7 @@ class Capture:
         """Queue a turn: into the outbox, or into the spool while the database is away."""
         now = self.clock()
         try:
-            await enqueue_turn(self.db, job_id, scope, session_id, messages, now)
+            await self._enqueue_while_locked(job_id, scope, session_id, messages, now)
         except DatabaseUnavailable:
             if self.spool is None:
                 raise
@@ -163,6 +174,21 @@ class Capture:
             return
         if self.on_enqueued is not None:
             self.on_enqueued()
+
+    async def _enqueue_while_locked(
+        self, job_id: str, scope: Scope, session_id: str, messages: list[dict[str, Any]], now: float
+    ) -> None:
+        deadline = time.monotonic() + LOCKED_PATIENCE_S
+        while True:
+            try:
+                await enqueue_turn(self.db, job_id, scope, session_id, messages, now)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() >= deadline:
+                    raise
+                log.warning("capture of job %s: database locked by another process (%s); trying again",
+                            job_id, exc)  # fmt: skip
+            await asyncio.sleep(_LOCKED_PAUSE_S)
 
     def plan(
         self, request_scope: RequestScope, body: dict[str, Any], inputs: list[dict[str, Any]] | None = None
@@ -205,6 +231,12 @@ class Capture:
 
     def not_captured(self, plan: PlannedCapture, reason: str) -> None:
         log.info("turn of job %s not captured: %s", plan.job_id, reason)
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's "another connection holds the lock" (``SQLITE_BUSY*``, ``SQLITE_LOCKED*``)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
 
 
 async def enqueue_turn(
