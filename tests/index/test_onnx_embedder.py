@@ -188,3 +188,19 @@ def test_concurrent_queries_share_one_call_and_each_gets_its_own_vector(minilm: 
     assert np.allclose(batched, one_at_a_time, atol=1e-5)
     cosines = batched @ one_at_a_time.T
     assert (np.argmax(cosines, axis=1) == np.arange(len(QUESTIONS))).all()  # each caller its own row
+
+
+def test_length_groups_keep_a_long_text_out_of_the_short_ones_batch() -> None:
+    from memproxy.index.embedders.onnx import length_groups
+
+    lengths = [14, 250, 11, 19, 16, 12]
+    assert length_groups(lengths, 64) == [[2, 5, 0, 4, 3], [1]]  # short questions stay together
+    assert length_groups(lengths, 2) == [[2, 5], [0, 4], [3], [1]]  # never above max_batch
+    assert length_groups([], 8) == []
+
+
+def test_a_long_query_among_short_ones_leaves_their_vectors_unchanged(minilm: OnnxEmbedder) -> None:
+    texts = [*QUESTIONS, "I pasted this: " + "the quarterly report says revenue grew " * 40]
+    one_at_a_time = np.stack([minilm.embed_sync([t], query=True)[0] for t in texts])
+    together = minilm.embed_sync(texts, query=True)
+    assert np.allclose(together, one_at_a_time, atol=1e-5)
