@@ -367,3 +367,21 @@ def test_scripted_answer_echoes_memories_unless_the_model_is_terse() -> None:
     messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": block}]
     assert reply_for({"model": "m", "messages": messages}) == "You said: hi | I remember: Lives in Lisbon"
     assert reply_for({"model": "m-terse", "messages": messages}) == "You said: hi"
+
+
+@pytest.mark.parametrize(
+    ("fact", "question"),
+    [("User works at Acme Corp", "Where do I work?"), ("User likes hiking", "What do I like doing?"),
+     ("User lives in Porto", "Where do I live?")],
+)  # fmt: skip
+def test_a_question_in_the_second_person_recalls_the_first_person_fact(
+    proxy: Proxy, fake: ScriptedUpstream, fact: str, question: str
+) -> None:
+    """Extraction stores "User works at …"; users ask "Where do I work?": word stems meet."""
+    user = uid()
+    for text in (fact, "User prefers green tea to coffee", "User's manager is called Priya"):
+        remember(proxy, text, user_id=user)
+    asked = f"{question} {uuid.uuid4().hex[:6]}"
+    response = chat(proxy, [{"role": "user", "content": asked}], headers={"X-Memproxy-User-Id": user})
+    assert int(response.headers["x-memproxy-recalled"]) >= 1
+    assert fact in str(memory_messages(fake.find_chat(asked)))
