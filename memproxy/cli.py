@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from memproxy import __version__
 from memproxy.config import ConfigError, Settings, find_config_path, load_settings
 from memproxy.mcp_stdio import add_command as add_mcp_command
 
@@ -384,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memproxy", description="OpenAI-compatible proxy with long-term memory"
     )
+    parser.add_argument("--version", action="version", version=f"memproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = _command(sub, "serve", "run the proxy",
                      "OpenAI (chat, Responses), Anthropic Messages and the memory API on one port; "
