@@ -1,8 +1,8 @@
-"""The README's table of what LiteLLM's relay changes in an answer, checked against LiteLLM.
+"""The table of what LiteLLM's relay changes (docs/api.md) in an answer, checked against LiteLLM.
 
 A provider with fixed ``id``/``created``/``model`` answers through memproxy with
-``upstream.fast_path: off``; each difference the README lists is asserted, so a LiteLLM
-upgrade that changes them makes the README's claim fail here instead of going stale.
+``upstream.fast_path: off``; each difference docs/api.md lists is asserted, so a LiteLLM
+upgrade that changes them makes that claim fail here instead of going stale.
 """
 
 from __future__ import annotations
