@@ -94,7 +94,7 @@ def test_a_connection_that_says_nothing_is_closed_silently(timed_port: int) -> N
 
 def test_idle_time_between_keep_alive_requests_is_not_header_time(timed_port: int) -> None:
     """The deadline runs from a request's first byte: a keep-alive connection that waits
-    longer than it between two requests (within uvicorn's 5 s keep-alive) is still served."""
+    longer than it between two requests (within the 75 s keep-alive) is still served."""
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     with connect(timed_port) as sock:
         sock.sendall(request)
