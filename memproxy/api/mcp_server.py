@@ -91,6 +91,8 @@ class McpDoor:
     """The ASGI app at ``/mcp`` and the lifespan that runs its session manager."""
 
     PATH = PATH
+    # Read as the matched route's template by the access log and the request metrics.
+    path = PATH
 
     def __init__(self, settings: Settings, registry: CollectorRegistry) -> None:
         self._allowed_origins = list(settings.mcp.allowed_origins)
@@ -128,6 +130,7 @@ class McpDoor:
         return both
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self  # the access log's and metrics' route label: /mcp
         request = Request(scope, receive)
         try:
             if not origin_allowed(request.headers.get("origin"), self._allowed_origins):

@@ -455,3 +455,5 @@ def test_tool_calls_are_counted_per_tool_in_metrics(proxy: Proxy) -> None:
     assert 'memproxy_mcp_tool_calls_total{outcome="ok",tool="list_memories"}' in metrics
     assert 'memproxy_mcp_tool_calls_total{outcome="error",tool="get_memory"}' in metrics
     assert 'memproxy_mcp_tool_duration_seconds_count{tool="list_memories"}' in metrics
+    # The HTTP requests themselves are counted under their route, as every other route's are.
+    assert 'memproxy_requests_total{method="POST",route="/mcp",status="200",streamed="false"}' in metrics
