@@ -83,8 +83,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         configs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             # allow_providers []: the strictest list, so even OpenAI's bare names must be refused.
             ("keys-fast", {"mode": "keys", "keys": KEYS}, {"api_key": OPERATOR_KEY, "allow_providers": []}),
-            ("keys-litellm", {"mode": "keys", "keys": KEYS},
-             {"api_key": OPERATOR_KEY, "fast_path": "off", "allow_providers": []}),
+            (
+                "keys-litellm",
+                {"mode": "keys", "keys": KEYS},
+                {"api_key": OPERATOR_KEY, "fast_path": "off", "allow_providers": []},
+            ),
             ("passthrough-fast", {"mode": "passthrough"}, {}),
             ("passthrough-litellm", {"mode": "passthrough"}, {"fast_path": "off"}),
         ]
