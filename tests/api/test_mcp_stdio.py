@@ -91,7 +91,7 @@ def test_stdout_carries_protocol_only_and_the_bridge_ends_with_stdin(proxy: Prox
                 "capabilities": {},
                 "clientInfo": {"name": "pipe", "version": "0"},
             },
-        ),  # fmt: skip
+        ),
         jsonrpc(None, "notifications/initialized"),
         jsonrpc(2, "tools/call", {"name": "add_memory", "arguments": {"text": "password: hunter2hunter2"}}),
         jsonrpc(3, "tools/list"),
