@@ -131,7 +131,9 @@ def evaluate(url: str, conversations: list[dict[str, Any]]) -> dict[str, Any]:
     gated_any: list[bool] = []
     ungated_any: list[bool] = []
     latencies: list[float] = []
-    with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+    # 30 min: one import request embeds a whole conversation (~600 turns), which a base-size
+    # model (docs/stronger-models.md) took over 120 s to do on a busy 2-core machine.
+    with httpx.Client(base_url=url, headers=headers, timeout=1800) as http:
         started = time.perf_counter()
         import_turns(http, conversations)
         ingest_s = time.perf_counter() - started
