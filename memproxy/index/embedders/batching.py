@@ -9,8 +9,8 @@ once: at concurrency 1 nothing waits for company.
 
 Invariants:
 - Each caller gets the row of its own text, whatever else shared the call.
-- At most one call runs at a time per batcher (the other core serves the event loop); a
-  call takes at most ``max_batch`` queries, in arrival order.
+- At most one call runs at a time per batcher and event loop (the other core serves the
+  loop); a call takes at most ``max_batch`` queries, in arrival order.
 - A caller that is cancelled (recall's timeout) leaves the batch without disturbing it; an
   error in a call is raised to every caller of that call, and the next call still runs.
 - The batch runs on a worker thread (``asyncio.to_thread``), never on the event loop.
@@ -19,7 +19,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -29,41 +31,52 @@ from memproxy.index.embedders.base import Vectors
 Vector = npt.NDArray[np.float32]
 
 
+@dataclass
+class _Queue:
+    """The queries of one event loop waiting for a call, and the task running their calls."""
+
+    pending: list[tuple[str, asyncio.Future[Vector]]] = field(default_factory=list)
+    drain: asyncio.Task[None] | None = None
+
+
 class QueryBatcher:
     def __init__(self, run: Callable[[list[str]], Vectors], max_batch: int = 64) -> None:
         self.run = run  # texts -> one row per text, in order (synchronous: runs on a thread)
         self.max_batch = max(1, max_batch)
         # Called with each call's batch size (``/metrics``), on the event loop.
         self.on_batch: Callable[[int], None] | None = None
-        self._pending: list[tuple[str, asyncio.Future[Vector]]] = []
-        self._drain: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # One queue per event loop: a future belongs to its loop, and an embedder may outlive
+        # one (tests, CLI commands) or serve two at once (an app on a thread beside a test).
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def embed(self, text: str) -> Vector:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new event loop (tests, CLI runs): start afresh
-            self._loop, self._pending, self._drain = loop, [], None
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = _Queue()
         future: asyncio.Future[Vector] = loop.create_future()
-        self._pending.append((text, future))
-        if self._drain is None or self._drain.done():
+        queue.pending.append((text, future))
+        if queue.drain is None or queue.drain.done():
             # A task, so queries whose requests were read in this same loop iteration join it.
-            self._drain = loop.create_task(self._run_pending())
+            queue.drain = loop.create_task(self._run_pending(queue))
         return await future
 
-    async def _run_pending(self) -> None:
+    async def _run_pending(self, queue: _Queue) -> None:
         batch: list[tuple[str, asyncio.Future[Vector]]] = []
         try:
-            while self._pending:
-                batch = [item for item in self._pending[: self.max_batch] if not item[1].done()]
-                del self._pending[: self.max_batch]
+            while queue.pending:
+                batch = [item for item in queue.pending[: self.max_batch] if not item[1].done()]
+                del queue.pending[: self.max_batch]
                 if batch:
                     await self._run_batch(batch)
                 batch = []
         except BaseException:  # cancelled (the loop is closing): release everyone still waiting
-            for _, future in batch + self._pending:
+            for _, future in batch + queue.pending:
                 if not future.done():
                     future.set_exception(RuntimeError("query embedding cancelled"))
-            self._pending.clear()
+            queue.pending.clear()
             raise
 
     async def _run_batch(self, batch: list[tuple[str, asyncio.Future[Vector]]]) -> None:
