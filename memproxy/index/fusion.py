@@ -40,6 +40,7 @@ import numpy.typing as npt
 from memproxy.index.lexical import LexicalScores
 from memproxy.index.vectors import VectorSet
 
+_EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 CONTEXT_WEIGHT = 0.7
 MIN_POOL = 100
 
@@ -71,14 +72,14 @@ def fuse(
     query: npt.NDArray[np.float32] | None,
     pool: int,
     floor: float,
-) -> dict[int, float]:
-    """``{num: fused score}`` of the candidate pool, higher first (see the module docstring).
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The candidate pool's nums and their fused scores (see the module docstring).
 
     ``floor`` is the embedder's cosine on unrelated text: a context whose vector is not above
     it from the memory's is unrelated, and the memory is judged alone (joined = own)."""
     n = len(lexical.nums)
     if n == 0:
-        return {}
+        return _EMPTY
     alive, slot_of = lexical.alive, lexical.slot_of
     vector_slots = np.asarray([slot_of[num] for num, _ in vector_hits if num in slot_of], dtype=np.int64)
     following = np.full(n, -1, dtype=np.int64)  # the slot whose context each slot is
@@ -90,7 +91,7 @@ def fuse(
         _top(lexical.own, alive, pool), _top(lexical.context, alive, pool),
     ]))  # fmt: skip
     if len(slots) == 0:
-        return {}
+        return _EMPTY
     own = lexical.own.astype(np.float64)
     joined = lexical.context.astype(np.float64)
     z_own, z_joined = _z(own, alive)[slots], _z(joined, alive)[slots]
@@ -101,7 +102,14 @@ def fuse(
         score = z_own + _z(cos_own) + CONTEXT_WEIGHT * (z_joined + _z(cos_joined))
     else:
         score = z_own + CONTEXT_WEIGHT * z_joined
-    return dict(zip(lexical.nums[slots].tolist(), score.tolist(), strict=True))
+    return lexical.nums[slots], score
+
+
+def best(pool: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], keep: int) -> dict[int, float]:
+    """The ``keep`` best of a fused pool, ``{num: fused score}`` best first (ties: lower num)."""
+    nums, scores = pool
+    order = np.lexsort((nums, -scores))[:keep]
+    return dict(zip(nums[order].tolist(), scores[order].tolist(), strict=True))
 
 
 def _cosines(
@@ -118,16 +126,24 @@ def _cosines(
     the join needs the inner products of the query with both, and of the two with each
     other (``VectorSet.inner_products``, ``VectorSet.pair_products``). A memory without a
     vector scores 0 alone and contributes nothing to a join."""
-    nums = lexical.nums[slots].tolist()
     prev = lexical.prev[slots]
-    prev_nums = [int(lexical.nums[p]) if p >= 0 else -1 for p in prev.tolist()]
-    q_dot = vectors.inner_products(query, nums + [num for num in prev_nums if num >= 0])
-    own = np.asarray([q_dot.get(num, 0.0) for num in nums], dtype=np.float64)
+    own_ids = vectors.internal_ids(lexical.nums[slots])
+    prev_ids = np.where(prev >= 0, vectors.internal_ids(lexical.nums[np.maximum(prev, 0)]), -1)
+    wanted = np.unique(np.concatenate([own_ids[own_ids >= 0], prev_ids[prev_ids >= 0]]))
+    products = vectors.inner_products(query, wanted)
+
+    def dots(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        out = np.zeros(len(ids), dtype=np.float64)
+        have = ids >= 0
+        out[have] = products[np.searchsorted(wanted, ids[have])]
+        return out
+
+    own, before = dots(own_ids), dots(prev_ids)
     joined = own.copy()
-    related = np.zeros(len(nums), dtype=bool)
-    pairs = vectors.pair_products([(a, b) for a, b in zip(nums, prev_nums, strict=True) if b >= 0])
-    for i, (num, before) in enumerate(zip(nums, prev_nums, strict=True)):
-        if before >= 0 and num in q_dot and before in q_dot and (num, before) in pairs:
-            joined[i] = (q_dot[num] + q_dot[before]) / max(np.sqrt(2.0 + 2.0 * pairs[num, before]), 1e-6)
-            related[i] = pairs[num, before] > floor
+    related = np.zeros(len(slots), dtype=bool)
+    pair = (own_ids >= 0) & (prev_ids >= 0)
+    if pair.any():
+        vp = vectors.pair_products(own_ids[pair], prev_ids[pair])
+        joined[pair] = (own[pair] + before[pair]) / np.sqrt(np.maximum(2.0 + 2.0 * vp, 1e-12))
+        related[pair] = vp > floor
     return own, joined, related

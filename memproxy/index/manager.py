@@ -51,7 +51,7 @@ from memproxy.index.changelog import (
     resets_after,
 )
 from memproxy.index.embedder import Embedder
-from memproxy.index.fusion import fuse
+from memproxy.index.fusion import best, fuse
 from memproxy.index.lexical import LexicalIndex
 from memproxy.index.rowcache import RowCache
 from memproxy.index.snapshot import SnapshotError
@@ -93,7 +93,7 @@ class LoadedScope:
 class Candidates:
     vector: list[tuple[int, float]]  # (num, cosine), best first
     ranked: list[int]  # the best nums by context fusion (``memproxy.index.fusion``), best first
-    fused: dict[int, float]  # their fused scores
+    fused: dict[int, float]  # their fused scores (only theirs)
     term_idf: dict[str, float]  # IDF of the query terms known to the scope
     seq: int = 0  # the change seq the index reflected when it was searched
     rows: dict[int, object] = field(default_factory=dict)  # cached rows of hit nums, as of ``seq``
@@ -151,8 +151,9 @@ class IndexManager:
                     vec_hits = await asyncio.to_thread(vectors.search, vector, k)
                 else:
                     vec_hits = vectors.search(vector, k)
-            fused = fuse(entry.lexical.score_all(query), vec_hits, vectors, vector, k, self.embedder.floor)
-            ranked = sorted(fused, key=lambda num: (-fused[num], num))[:keep]
+            pool = fuse(entry.lexical.score_all(query), vec_hits, vectors, vector, k, self.embedder.floor)
+            fused = best(pool, keep)
+            ranked = list(fused)
             term_idf = entry.lexical.term_idf(query)
             cached = entry.rows.pick(ranked)
             return Candidates(vec_hits, ranked, fused, term_idf, entry.seq, cached, entry.epoch)

@@ -71,9 +71,11 @@ class VectorSet:
         live = np.flatnonzero(self.nums >= 0)
         self.pos: dict[int, int] = dict(zip(self.nums[live].tolist(), live.tolist(), strict=True))
         self.dead = len(self.nums) - len(live)
-        # v.p of pairs of internal ids (``pair_products``): an internal id never changes its
-        # vector (a replaced vector gets a new id), so an entry never goes stale.
-        self._pairs: dict[tuple[int, int], float] = {}
+        # For ``internal_ids``: the live nums sorted, with their internal ids (None: stale).
+        self._sorted: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
+        # For ``pair_products``, by first internal id: the second id and v.p of its pair.
+        self._pair_with = np.zeros(0, dtype=np.int64)
+        self._pair_value = np.zeros(0, dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -96,10 +98,12 @@ class VectorSet:
         self.nums = np.concatenate([self.nums, np.asarray(nums, dtype=np.int64)])
         for offset, num in enumerate(nums):
             self.pos[num] = start + offset
+        self._sorted = None
 
     def remove(self, num: int) -> None:
         internal = self.pos.pop(num, None)
         if internal is not None:
+            self._sorted = None
             self.nums[internal] = -1
             self.dead += 1
 
@@ -115,52 +119,62 @@ class VectorSet:
             target.add(self.nums[live].tolist(), vectors)
         return target
 
-    def inner_products(self, vector: npt.NDArray[np.float32], nums: list[int]) -> dict[int, float]:
-        """The inner product of ``vector`` with each live num's vector (absent nums are left out).
+    def internal_ids(self, nums: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The live internal id of each num (-1 where it has no vector), in array operations.
+
+        A sorted copy of the live (num, internal id) pairs is made on the first lookup after a
+        change: a search then maps its whole candidate pool at once instead of num by num."""
+        if self._sorted is None:
+            live = np.flatnonzero(self.nums >= 0)
+            order = np.argsort(self.nums[live], kind="stable")
+            self._sorted = (self.nums[live][order], live[order].astype(np.int64))
+        keys, ids = self._sorted
+        if len(keys) == 0 or len(nums) == 0:
+            return np.full(len(nums), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, nums), len(keys) - 1)
+        return np.where(keys[at] == nums, ids[at], -1)
+
+    def inner_products(
+        self, vector: npt.NDArray[np.float32], ids: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64]:
+        """The inner product of ``vector`` with the vectors of ``ids`` (distinct live internal ids).
 
         The exhaustive index is searched restricted to exactly those ids (a selector): 0.1 ms
         for 600 of 10k vectors, where decoding them with ``reconstruct_batch`` took 3.5 ms.
         An HNSW graph cannot be searched exhaustively, so its flat vectors are read back."""
-        internal = [self.pos[num] for num in nums if num in self.pos]
-        if not internal or vector.shape[-1] != self.dim:
-            return {}
-        ids = np.asarray(internal, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=np.float64)
+        if len(ids) == 0 or vector.shape[-1] != self.dim:
+            return out
         query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
         if self.hnsw:
-            products = self.index.reconstruct_batch(ids) @ query[0]
-            return dict(zip(self.nums[ids].tolist(), products.tolist(), strict=True))
+            out[:] = self.index.reconstruct_batch(ids) @ query[0]
+            return out
         _single_omp_thread()
         params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(ids))  # type: ignore[call-arg]
         scores, found = self.index.search(query, len(ids), params=params)
-        live = found[0] >= 0
-        return dict(zip(self.nums[found[0][live]].tolist(), scores[0][live].tolist(), strict=True))
-
-    def pair_products(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
-        """The inner product of the vectors of each pair of live nums (pairs lacking one are
-        left out). Query-independent, so kept: a scope's pairs come back search after search,
-        and reading vectors back costs ~6 us each."""
-        out: dict[tuple[int, int], float] = {}
-        missing: list[tuple[tuple[int, int], int, int]] = []
-        for a, b in pairs:
-            first, second = self.pos.get(a), self.pos.get(b)
-            if first is None or second is None:
-                continue
-            known = self._pairs.get((first, second))
-            if known is None:
-                missing.append(((a, b), first, second))
-            else:
-                out[a, b] = known
-        if missing:
-            if len(self._pairs) > 4 * len(self.pos) + 1024:  # bounded: tombstoned ids linger
-                self._pairs.clear()
-            left = self.index.reconstruct_batch(np.asarray([m[1] for m in missing], dtype=np.int64))
-            right = self.index.reconstruct_batch(np.asarray([m[2] for m in missing], dtype=np.int64))
-            for (key, first, second), value in zip(
-                missing, np.einsum("ij,ij->i", left, right).tolist(), strict=True
-            ):
-                self._pairs[first, second] = value
-                out[key] = value
+        hit = found[0] >= 0
+        order = np.argsort(ids, kind="stable")
+        out[order[np.searchsorted(ids[order], found[0][hit])]] = scores[0][hit]
         return out
+
+    def pair_products(
+        self, first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64]:
+        """``v.p`` of the vectors of each pair of live internal ids. Query-independent, so kept
+        per first id (a memory's context pair comes back search after search; reading vectors
+        back costs ~6 us each); an internal id never changes its vector, so nothing goes stale."""
+        if len(self._pair_with) < self.total:
+            grow = self.total - len(self._pair_with)
+            self._pair_with = np.concatenate([self._pair_with, np.full(grow, -1, dtype=np.int64)])
+            self._pair_value = np.concatenate([self._pair_value, np.zeros(grow, dtype=np.float64)])
+        missing = self._pair_with[first] != second
+        if missing.any():
+            left = self.index.reconstruct_batch(first[missing])
+            right = self.index.reconstruct_batch(second[missing])
+            self._pair_value[first[missing]] = np.einsum("ij,ij->i", left, right)
+            self._pair_with[first[missing]] = second[missing]
+        products: npt.NDArray[np.float64] = self._pair_value[first]
+        return products
 
     def search(self, vector: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
         """Top ``k`` live nums by inner product, best first."""

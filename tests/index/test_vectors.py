@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from memproxy.index.vectors import VectorSet
 
@@ -46,3 +47,26 @@ def test_tombstoned_vectors_are_never_returned_and_compaction_keeps_the_rest() -
     compacted = flat.compact()
     assert len(compacted) == 300 and compacted.dead == 0 and compacted.total == 300
     assert compacted.search(vectors[1], 1)[0][0] == 2
+
+
+@pytest.mark.parametrize("hnsw", [False, True])
+def test_products_of_chosen_ids_and_pairs_match_numpy_after_changes(hnsw: bool) -> None:
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((50, 16)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    vectors = VectorSet(16, hnsw=hnsw)
+    vectors.add(list(range(100, 150)), data)
+    vectors.remove(120)
+    vectors.add([101], data[:1])  # replaced: a new internal id for num 101
+    query = data[7]
+    nums = np.asarray([107, 120, 101, 999, 149], dtype=np.int64)
+    ids = vectors.internal_ids(nums)
+    assert ids[1] == -1 and ids[3] == -1 and ids[2] == 50  # removed, unknown, replaced
+    live = ids[ids >= 0]
+    expected = {107: data[7] @ query, 101: data[0] @ query, 149: data[49] @ query}
+    got = vectors.inner_products(query, live)
+    assert got == pytest.approx([expected[107], expected[101], expected[149]], abs=2e-3)
+    first, second = ids[[0, 4]], ids[[2, 2]]
+    pairs = vectors.pair_products(first, second)
+    assert pairs == pytest.approx([data[7] @ data[0], data[49] @ data[0]], abs=2e-3)
+    assert np.array_equal(vectors.pair_products(first, second), pairs)  # kept, not re-read
