@@ -105,10 +105,10 @@ async def capture_overhead(url: str, requests: int) -> dict[str, Any]:
 
 async def commit_cost(work: Path, turns: int) -> dict[str, Any]:
     """The capture write alone (messages + job in one transaction), in-process, no HTTP."""
-    from memproxy.db import SqliteDatabase as Database
     from memproxy.outbox.capture import enqueue_turn
     from memproxy.outbox.queue import new_job_id
     from memproxy.scope import Scope
+    from memproxy.storage.database import SqliteDatabase as Database
 
     db = Database(work / "commit-cost.sqlite3")
     await db.open()

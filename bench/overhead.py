@@ -98,7 +98,7 @@ import processes
 from memproxy.auth import passthrough_tenant
 from memproxy.config import Settings, settings_from_dict
 from memproxy.scope import Scope
-from memproxy.upstream import import_litellm
+from memproxy.upstream.provider import import_litellm
 
 MODEL = "gpt-4o-mini"
 TOKEN = "sk-bench-0000000000000000"

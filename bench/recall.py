@@ -24,12 +24,12 @@ import numpy as np
 from stats import percentiles_ms
 
 from memproxy.config import IndexSettings
-from memproxy.db import SqliteDatabase as Database
 from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import text_hash
 from memproxy.memory.store import MemoryStore
 from memproxy.scope import Scope
+from memproxy.storage.database import SqliteDatabase as Database
 
 SCOPE = Scope("bench-tenant", "bench-user", "")
 REPEATS = 3  # load/rebuild timings are medians: this often runs on a shared machine

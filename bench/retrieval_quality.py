@@ -44,7 +44,6 @@ from typing import Any
 import tiktoken
 
 from memproxy.config import IndexSettings
-from memproxy.db import SqliteDatabase
 from memproxy.index.embedder import Embedder, HashEmbedder, OnnxEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.index.scoring import Ranking, default_ranking
@@ -52,6 +51,7 @@ from memproxy.memory.store import MemoryStore
 from memproxy.proxy.budget import use_bundled_tokenizers
 from memproxy.proxy.recall import fit_to_budget
 from memproxy.scope import Scope
+from memproxy.storage.database import SqliteDatabase
 
 DATA = Path(__file__).resolve().parent / "data" / "retrieval"
 TENANT = "bench"

@@ -41,8 +41,8 @@ from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import text_hash, vector_blob
 from memproxy.memory.store import MemoryStore
-from memproxy.pg import PostgresDatabase
 from memproxy.scope import Scope
+from memproxy.storage.postgres import PostgresDatabase
 from memproxy.testing.pg_cluster import PostgresCluster
 
 TOKEN = "sk-bench-scale"
@@ -138,7 +138,7 @@ async def seed(store: MemoryStore, scope: Scope, n: int) -> None:
 
 
 async def recall_latency(work: Path, url: str | None, memories: int, queries: int) -> dict[str, Any]:
-    from memproxy.db import SqliteDatabase
+    from memproxy.storage.database import SqliteDatabase
 
     db: Any = (
         PostgresDatabase(url) if url else SqliteDatabase(work / f"recall-{uuid.uuid4().hex[:6]}.sqlite3")
@@ -167,7 +167,7 @@ def drain_row(work: Path, fake_v1: str, cluster: PostgresCluster, workers: int, 
     url = fresh_schema(cluster)
     now = time.time()
     with psycopg.connect(url, autocommit=True) as conn:
-        from memproxy.pg import migrate
+        from memproxy.storage.postgres import migrate
 
         migrate(conn)
         with conn.transaction(), conn.cursor() as cursor:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memproxy import __version__
+from memproxy.commands.mcp_stdio import add_command as add_mcp_command
 from memproxy.config import ConfigError, Settings, find_config_path, load_settings
-from memproxy.mcp_stdio import add_command as add_mcp_command
 
 
 def load(args: argparse.Namespace) -> Settings:
@@ -47,7 +47,7 @@ def check_data_dir(settings: Settings) -> None:
     """
     if getattr(settings.storage, "url", None):
         return  # a database server holds the data; the data dir only holds index snapshots
-    from memproxy.db import database_path
+    from memproxy.storage.database import database_path
 
     data_dir = Path(settings.storage.data_dir)
     try:
@@ -72,7 +72,7 @@ def check_storage(settings: Settings) -> None:
         return
     import psycopg
 
-    from memproxy.pg import check_reachable
+    from memproxy.storage.postgres import check_reachable
 
     try:
         check_reachable(settings.storage.url)
@@ -82,7 +82,7 @@ def check_storage(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from memproxy.serve import BindError, bind_port, quiet_library_loaders, run_server
+    from memproxy.commands.serve import BindError, bind_port, quiet_library_loaders, run_server
 
     settings = load(args)
     if getattr(args, "workers", None) is not None:
@@ -106,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dump_stacks_on_sigusr1()
         if not args.offline:
             return run_server(settings, workers, listener)
-        from memproxy.offline import offline_upstream
+        from memproxy.commands.offline import offline_upstream
 
         with offline_upstream(settings):
             return run_server(settings, 1, listener)
@@ -114,8 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_fake_upstream(args: argparse.Namespace) -> int:
     from memproxy.api.access_log import configure_logging
+    from memproxy.commands.offline import run_fake_upstream
     from memproxy.config import ServerSettings
-    from memproxy.offline import run_fake_upstream
 
     configure_logging(ServerSettings())
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -127,7 +127,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
 
     from memproxy.api.access_log import configure_logging
-    from memproxy.serve import quiet_library_loaders
+    from memproxy.commands.serve import quiet_library_loaders
     from memproxy.services import run_worker_process
 
     settings = load(args)
@@ -141,7 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from memproxy.demo import run_demo
+    from memproxy.commands.demo import run_demo
 
     return run_demo()
 
@@ -303,7 +303,7 @@ def cmd_migrate_to(args: argparse.Namespace) -> int:
     import psycopg
 
     from memproxy.config import StorageSettings
-    from memproxy.memory.migrate import MigrateError, migrate_to
+    from memproxy.storage.sqlite_to_postgres import MigrateError, migrate_to
 
     settings = load(args)
     try:

@@ -93,12 +93,12 @@ class UpstreamSettings(_Section):
     models: list[ModelAlias] = Field(default_factory=list)
     # LiteLLM providers (``openai``, ``anthropic``, ``groq`` …) whose models any caller may name
     # when the server's own credentials pay (``keys`` mode), as LiteLLM's ``provider/*`` entries.
-    # Without ``api_base``, only these and the ``models`` aliases are reachable (memproxy.upstream).
+    # Without ``api_base``, only these and the ``models`` aliases are reachable (memproxy.upstream.provider).
     # ``openai`` by default: a bare "gpt-4o-mini" keeps working with the server's OpenAI key,
     # and that key goes to OpenAI only; ``[]`` allows the aliases alone.
     allow_providers: list[str] = Field(default_factory=lambda: ["openai"])
     timeout_s: float = Field(default=600.0, gt=0)
-    # ``auto``: OpenAI-wire providers are relayed byte for byte (memproxy.fastpath); ``off``:
+    # ``auto``: OpenAI-wire providers are relayed byte for byte (memproxy.upstream.fastpath); ``off``:
     # every request goes through LiteLLM's translation.
     fast_path: Literal["auto", "off"] = "auto"
 

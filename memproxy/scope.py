@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memproxy.errors import ApiError
-from memproxy.headers import AGENT_ID, CAPTURE, RECALL, SESSION_ID, USER_ID, display_name
+from memproxy.wire.headers import AGENT_ID, CAPTURE, RECALL, SESSION_ID, USER_ID, display_name
 
 MAX_ID_BYTES = 256
 # RFC 8187's ext-value prefix: ``UTF-8''`` then the percent-encoded UTF-8 bytes.

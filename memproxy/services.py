@@ -20,23 +20,23 @@ from dataclasses import dataclass, field
 
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
-from memproxy.db import Database, open_database
-from memproxy.engine import JOBS_CHANNEL, DatabaseUnavailable
-from memproxy.fastpath import FastPaths
 from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore, build_store
 from memproxy.metrics import Metrics
-from memproxy.model_access import CredentialGap, memory_credential_gaps, warn_about
 from memproxy.outbox import queue
 from memproxy.outbox.capture import Capture
 from memproxy.outbox.extractor import Extractor
 from memproxy.outbox.spool import Spool, drain_periodically
 from memproxy.outbox.worker import Worker
 from memproxy.proxy.recall import Recaller
-from memproxy.relay import Relay
-from memproxy.upstream import Upstream
-from memproxy.upstream_surfaces import SurfaceUpstream
+from memproxy.storage.database import Database, open_database
+from memproxy.storage.engine import JOBS_CHANNEL, DatabaseUnavailable
+from memproxy.upstream.fastpath import FastPaths
+from memproxy.upstream.model_access import CredentialGap, memory_credential_gaps, warn_about
+from memproxy.upstream.provider import Upstream
+from memproxy.upstream.relay import Relay
+from memproxy.upstream.surfaces import SurfaceUpstream
 
 log = logging.getLogger("memproxy.services")
 

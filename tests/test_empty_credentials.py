@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from memproxy.config import settings_from_dict
-from memproxy.model_access import memory_credential_gaps
+from memproxy.upstream.model_access import memory_credential_gaps
 from tests.support.proxy import start_proxy
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.commands.test_offline import LISTENING, _config, _keyless_env
 from tests.support.memory_flow import wait_until
 from tests.support.serve_process import ServeProcess
-from tests.test_offline import LISTENING, _config, _keyless_env
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

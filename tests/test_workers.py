@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from memproxy.auth import passthrough_tenant
+from memproxy.commands.serve import WORKER_NAME
 from memproxy.index import snapshot as snapshot_file
 from memproxy.scope import Scope
-from memproxy.serve import WORKER_NAME
 from memproxy.testing.background_server import free_port
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import TOKEN, chat, memories, search, unique, wait_job, wait_until

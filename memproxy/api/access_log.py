@@ -28,9 +28,9 @@ from urllib.parse import quote
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy.config import ServerSettings
-from memproxy.headers import CAPTURE_RESULT, RECALLED
 from memproxy.memory.secrets import find_secret
 from memproxy.metrics import Metrics
+from memproxy.wire.headers import CAPTURE_RESULT, RECALLED
 
 access_log = logging.getLogger("memproxy.access")
 _RECALLED = RECALLED.lower().encode()

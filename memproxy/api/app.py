@@ -27,11 +27,11 @@ from memproxy.api.mcp_server import McpDoor
 from memproxy.api.messages import is_anthropic_route
 from memproxy.api.openapi import openapi_schema
 from memproxy.config import Settings
-from memproxy.engine import DatabaseUnavailable
 from memproxy.errors import ApiError, anthropic_error_body
-from memproxy.headers import REQUEST_ID
 from memproxy.metrics import Metrics
 from memproxy.services import open_services, reembed_in_background, start_replica_tasks, start_worker
+from memproxy.storage.engine import DatabaseUnavailable
+from memproxy.wire.headers import REQUEST_ID
 
 log = logging.getLogger("memproxy")
 _REQUEST_ID = REQUEST_ID.encode()

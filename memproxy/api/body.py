@@ -6,8 +6,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from memproxy import json_input
 from memproxy.errors import ApiError
+from memproxy.wire import json_input
 
 
 async def read_bytes(request: Request, max_bytes: int) -> bytes:

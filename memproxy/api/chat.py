@@ -1,6 +1,6 @@
 """``POST /v1/chat/completions``: recall → forward (fast path or LiteLLM) → relay → capture.
 
-An OpenAI-wire route (``memproxy.fastpath``) is relayed byte for byte by ``fast_chat``;
+An OpenAI-wire route (``memproxy.upstream.fastpath``) is relayed byte for byte by ``fast_chat``;
 every other route goes through LiteLLM here.
 
 Invariants:
@@ -39,7 +39,7 @@ from memproxy.proxy.recall import ERROR_HEADER as RECALL_ERROR_HEADER
 from memproxy.proxy.recall import RECALLED_HEADER
 from memproxy.scope import RequestScope, parse_request_scope
 from memproxy.services import Services
-from memproxy.upstream import to_api_error
+from memproxy.upstream.provider import to_api_error
 
 log = logging.getLogger("memproxy.api.chat")
 

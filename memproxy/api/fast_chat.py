@@ -1,5 +1,5 @@
 """Chat on the fast path: the (possibly memory-augmented) body goes to an OpenAI-wire
-provider through ``memproxy.relay``, and the provider's answer comes back byte for byte.
+provider through ``memproxy.upstream.relay``, and the provider's answer comes back byte for byte.
 
 Invariants (the same guarantees as the LiteLLM path in ``chat``):
 - The caller's raw bytes are forwarded as they came when nothing changed (no memories
@@ -21,12 +21,12 @@ from typing import Any
 from starlette.responses import Response
 
 from memproxy.api.event_stream import EventStream
-from memproxy.fastpath import FastRoute
-from memproxy.headers import CAPTURE_RESULT
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
 from memproxy.outbox.capture import PlannedCapture, StreamCapture, reply_from_response
-from memproxy.relay import relay_events
 from memproxy.services import Services
+from memproxy.upstream.fastpath import FastRoute
+from memproxy.upstream.relay import relay_events
+from memproxy.wire.headers import CAPTURE_RESULT
 
 log = logging.getLogger("memproxy.api.chat")
 

@@ -29,13 +29,13 @@ from memproxy.api.event_stream import EventStream
 from memproxy.api.fast_surface import json_object, relay_turn
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
 from memproxy.errors import ApiError, anthropic_error_body
-from memproxy.fastpath import FastRoute
 from memproxy.outbox.capture import StreamCapture
 from memproxy.proxy import anthropic_turn
 from memproxy.proxy.anthropic_chat import ChatStreamToEvents, Event, frame, to_chat, to_message
-from memproxy.relay import Reply, data_lines, provider_error, split_events
 from memproxy.services import Services
-from memproxy.upstream import unreachable_error
+from memproxy.upstream.fastpath import FastRoute
+from memproxy.upstream.provider import unreachable_error
+from memproxy.upstream.relay import Reply, data_lines, provider_error, split_events
 
 log = logging.getLogger("memproxy.api.messages")
 

@@ -30,9 +30,9 @@ from starlette.responses import Response
 from memproxy.api.fast_surface import json_object, relay_turn
 from memproxy.api.turn import PreparedTurn
 from memproxy.errors import ApiError
-from memproxy.fastpath import FastRoute
 from memproxy.proxy import responses_turn
 from memproxy.services import Services
+from memproxy.upstream.fastpath import FastRoute
 
 RESPONSES_PATH = "/responses"
 NATIVE_PROVIDERS = frozenset({"openai"})

@@ -19,10 +19,10 @@ from starlette.responses import Response
 from memproxy.api.event_stream import EventStream
 from memproxy.api.turn import STREAM_HEADERS, PreparedTurn, commit_reply
 from memproxy.errors import ApiError
-from memproxy.fastpath import FastRoute
 from memproxy.outbox.capture import Accumulator, StreamCapture
-from memproxy.relay import relay_events
 from memproxy.services import Services
+from memproxy.upstream.fastpath import FastRoute
+from memproxy.upstream.relay import relay_events
 
 ReplyOf = Callable[[dict[str, Any]], dict[str, Any] | None]
 

@@ -20,10 +20,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
-from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.outbox import queue as outbox
 from memproxy.scope import validate_id
+from memproxy.storage.engine import Connection
 
 router = APIRouter()
 

@@ -41,10 +41,10 @@ from memproxy.api.deps import management
 from memproxy.api.mcp_tools import ToolSpec, api_refusal, build_tools, schema_refusal, success
 from memproxy.auth import Credential
 from memproxy.config import Settings
-from memproxy.engine import DatabaseUnavailable
 from memproxy.errors import ApiError
 from memproxy.memory.management import Caller
 from memproxy.services import Services
+from memproxy.storage.engine import DatabaseUnavailable
 
 PATH = "/mcp"
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

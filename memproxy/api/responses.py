@@ -32,7 +32,7 @@ from memproxy.proxy import responses_turn
 from memproxy.proxy.placement import place_responses
 from memproxy.scope import parse_request_scope
 from memproxy.services import Services
-from memproxy.upstream_surfaces import dump
+from memproxy.upstream.surfaces import dump
 
 router = APIRouter()
 

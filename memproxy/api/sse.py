@@ -20,7 +20,7 @@ from typing import Any
 
 from memproxy.errors import ApiError
 from memproxy.outbox.capture import StreamCapture
-from memproxy.upstream_surfaces import provider_error
+from memproxy.upstream.surfaces import provider_error
 
 log = logging.getLogger("memproxy.api.sse")
 

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memproxy.headers import CAPTURE_RESULT as CAPTURE_RESPONSE_HEADER
-from memproxy.headers import RECALL_ERROR as RECALL_ERROR_HEADER
-from memproxy.headers import RECALLED as RECALLED_HEADER
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
 from memproxy.outbox.capture import PlannedCapture
 from memproxy.proxy.placement import Placement
 from memproxy.scope import RequestScope
 from memproxy.services import Services
+from memproxy.wire.headers import CAPTURE_RESULT as CAPTURE_RESPONSE_HEADER
+from memproxy.wire.headers import RECALL_ERROR as RECALL_ERROR_HEADER
+from memproxy.wire.headers import RECALLED as RECALLED_HEADER
 
 Place = Callable[[dict[str, Any], str, Placement], dict[str, Any]]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.db import RESET_MARKER_NUM
-from memproxy.engine import Connection
 from memproxy.scope import Scope
+from memproxy.storage.database import RESET_MARKER_NUM
+from memproxy.storage.engine import Connection
 
 
 @dataclass

@@ -39,7 +39,6 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import IndexSettings
-from memproxy.db import RESET_MARKER_NUM
 from memproxy.index import snapshot as snapshot_file
 from memproxy.index.bridges import bridge_terms, capitalized_terms
 from memproxy.index.changelog import (
@@ -57,6 +56,7 @@ from memproxy.index.rowcache import RowCache
 from memproxy.index.snapshot import SnapshotError
 from memproxy.index.vectors import VectorSet, new_index
 from memproxy.scope import Scope
+from memproxy.storage.database import RESET_MARKER_NUM
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memproxy.config import Settings
-from memproxy.db import database_path
-from memproxy.engine import Connection
 from memproxy.memory.store import MemoryStore, open_store
 from memproxy.memory.transfer import read_jsonl, to_jsonl
 from memproxy.scope import Scope
+from memproxy.storage.database import database_path
+from memproxy.storage.engine import Connection
 
 SCOPE_KEY = re.compile(r"^[0-9a-f]{64}$")
 _BAR_WIDTH = 30

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memproxy.errors import ApiError, not_found
-from memproxy.headers import EXISTING_ID, display_name
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import SOURCES, UNSET, DuplicateMemory, Memory
 from memproxy.memory.store import MemoryStore
 from memproxy.memory.transfer import bad_param, optional_object, optional_text, parse_jsonl, to_jsonl
-from memproxy.messages import content_text
 from memproxy.scope import AGENT_HEADER, SESSION_HEADER, USER_HEADER, Scope, header_id, validate_id
-from memproxy.times import parse_time
+from memproxy.wire.headers import EXISTING_ID, display_name
+from memproxy.wire.message_text import content_text
+from memproxy.wire.times import parse_time
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

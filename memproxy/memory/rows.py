@@ -1,4 +1,4 @@
-"""Memory rows (SQLite or Postgres, see ``memproxy.engine``): sync functions that callers compose inside one transaction.
+"""Memory rows (SQLite or Postgres, see ``memproxy.storage.engine``): sync functions that callers compose inside one transaction.
 
 Invariants:
 - The database is the source of truth. Every write of a memory also writes its ``history`` event
@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.db import RESET_MARKER_NUM
-from memproxy.engine import Connection, IntegrityError
 from memproxy.errors import ApiError
 from memproxy.scope import Scope
-from memproxy.times import iso, parse_time
+from memproxy.storage.database import RESET_MARKER_NUM
+from memproxy.storage.engine import Connection, IntegrityError
+from memproxy.wire.times import iso, parse_time
 
 SOURCES = ("extracted", "manual")
 _SPACES = re.compile(r"\s+")

@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from memproxy.engine import Connection
 from memproxy.errors import ApiError
 from memproxy.scope import Scope
-from memproxy.times import iso
+from memproxy.storage.engine import Connection
+from memproxy.wire.times import iso
 
 JOB_STATUSES = ("pending", "running", "done", "dead")
 

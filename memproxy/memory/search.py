@@ -26,8 +26,6 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.db import Database
-from memproxy.engine import Connection
 from memproxy.index import bridges
 from memproxy.index.changelog import latest_seq
 from memproxy.index.embedder import Embedder
@@ -47,6 +45,8 @@ from memproxy.index.scoring import (
 from memproxy.memory import rows
 from memproxy.memory.rows import Memory
 from memproxy.scope import Scope
+from memproxy.storage.database import Database
+from memproxy.storage.engine import Connection
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,6 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import Settings
-from memproxy.db import Database, open_database
-from memproxy.engine import Connection
 from memproxy.errors import ApiError, not_found
 from memproxy.index.embedder import Embedder, make_embedder
 from memproxy.index.manager import IndexManager
@@ -47,7 +45,9 @@ from memproxy.memory.rows import UNSET, DuplicateMemory, Memory
 from memproxy.memory.search import HybridSearch
 from memproxy.memory.transfer import ImportRefused, LineProblem
 from memproxy.scope import Scope
-from memproxy.times import parse_time
+from memproxy.storage.database import Database, open_database
+from memproxy.storage.engine import Connection
+from memproxy.wire.times import parse_time
 
 __all__ = ["UNSET", "DuplicateMemory", "Memory", "MemoryStore", "build_store", "open_store", "parse_time"]
 

@@ -16,11 +16,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from memproxy import json_input
 from memproxy.errors import ApiError
 from memproxy.memory.rows import SOURCES
 from memproxy.scope import validate_id
-from memproxy.times import parse_time
+from memproxy.wire import json_input
+from memproxy.wire.times import parse_time
 
 
 def bad_param(param: str, message: str, code: str = "invalid_type") -> ApiError:

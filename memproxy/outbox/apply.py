@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memproxy.engine import Connection
 from memproxy.index.lexical import tokenize
 from memproxy.memory import guards, rows
 from memproxy.memory.rows import DuplicateMemory, Memory
@@ -39,6 +38,7 @@ from memproxy.outbox import dates
 from memproxy.outbox.operations import Operation, Rejected
 from memproxy.outbox.prompt import PLACEHOLDERS, PROMPT_EXAMPLES
 from memproxy.scope import Scope
+from memproxy.storage.engine import Connection
 
 Vector = npt.NDArray[np.float32]
 

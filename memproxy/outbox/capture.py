@@ -34,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memproxy.db import Database
-from memproxy.engine import Connection, DatabaseUnavailable
-from memproxy.headers import CAPTURE_RESULT
-from memproxy.messages import content_text
 from memproxy.outbox import queue as outbox
 from memproxy.outbox.spool import Spool
 from memproxy.scope import RequestScope, Scope
+from memproxy.storage.database import Database
+from memproxy.storage.engine import Connection, DatabaseUnavailable
+from memproxy.wire.headers import CAPTURE_RESULT
+from memproxy.wire.message_text import content_text
 
 log = logging.getLogger(__name__)
 

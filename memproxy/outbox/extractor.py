@@ -15,7 +15,7 @@ Invariants:
   ``json_object`` and ``none`` force one. Decided once, at start.
 - A retry is not the same request again: it carries the previous attempt's error as
   feedback and, with ``extraction.retry_temperature`` set, samples at that temperature.
-- The call takes the same road as a chat request: relayed (``memproxy.relay``) when the
+- The call takes the same road as a chat request: relayed (``memproxy.upstream.relay``) when the
   model's route is an OpenAI-wire provider, which spares LiteLLM's ~8 ms of client-side CPU
   per call in the process that also serves requests; through LiteLLM otherwise.
 - Credentials: the worker never has a caller's token. It uses a model alias's key,
@@ -34,11 +34,11 @@ from typing import Any
 
 from memproxy.auth import Credential
 from memproxy.config import ExtractionSettings, UpstreamSettings
-from memproxy.fastpath import FastPaths
 from memproxy.outbox.operations import ExtractionError, Operation, Rejected, parse_answer
 from memproxy.outbox.prompt import RESPONSE_SCHEMA, ExtractionInput, build_messages, local_ids
-from memproxy.relay import Relay, provider_error
-from memproxy.upstream import Upstream, import_litellm
+from memproxy.upstream.fastpath import FastPaths
+from memproxy.upstream.provider import Upstream, import_litellm
+from memproxy.upstream.relay import Relay, provider_error
 
 log = logging.getLogger(__name__)
 

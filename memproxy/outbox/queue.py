@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memproxy.engine import JOBS_CHANNEL, Connection, IntegrityError
 from memproxy.scope import Scope
-from memproxy.times import iso
+from memproxy.storage.engine import JOBS_CHANNEL, Connection, IntegrityError
+from memproxy.wire.times import iso
 
 STATUSES = ("pending", "running", "done", "dead")
 _JOB_COLUMNS = (

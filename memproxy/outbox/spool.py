@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memproxy.db import Database
-from memproxy.engine import Connection, DatabaseUnavailable
 from memproxy.outbox import queue as outbox
 from memproxy.scope import Scope
+from memproxy.storage.database import Database
+from memproxy.storage.engine import Connection, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import ExtractionSettings, MemorySettings
-from memproxy.db import Database
-from memproxy.engine import Connection, DatabaseUnavailable
 from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
-from memproxy.messages import message_text, user_text
 from memproxy.outbox import queue as outbox
 from memproxy.outbox.apply import Context, Planned, Report, Writer, apply_planned, plan, states_facts
 from memproxy.outbox.extractor import MAX_QUERY_CHARS, ExtractionResult, Extractor
@@ -48,6 +45,9 @@ from memproxy.outbox.operations import ExtractionError
 from memproxy.outbox.prompt import ExtractionInput
 from memproxy.outbox.queue import Job, LeaseLost
 from memproxy.scope import Scope
+from memproxy.storage.database import Database
+from memproxy.storage.engine import Connection, DatabaseUnavailable
+from memproxy.wire.message_text import message_text, user_text
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memproxy.messages import clip_text
 from memproxy.proxy.recall import QUERY_MAX_CHARS
+from memproxy.wire.message_text import clip_text
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -47,15 +47,15 @@ import numpy as np
 import numpy.typing as npt
 
 from memproxy.config import RecallSettings, UpstreamSettings
-from memproxy.headers import RECALL_ERROR, RECALLED
 from memproxy.index.embedder import Embedder, OnnxEmbedder
 from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
-from memproxy.messages import latest_user_text
 from memproxy.metrics import Metrics
 from memproxy.proxy.budget import Tokenizers, count_tokens
 from memproxy.proxy.placement import place_chat
 from memproxy.scope import RequestScope
+from memproxy.wire.headers import RECALL_ERROR, RECALLED
+from memproxy.wire.message_text import latest_user_text
 
 log = logging.getLogger(__name__)
 

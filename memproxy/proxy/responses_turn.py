@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memproxy.messages import clip_text
 from memproxy.proxy.recall import QUERY_MAX_CHARS
+from memproxy.wire.message_text import clip_text
 
 # Item types the model produces; a user turn starts after the last of them.
 _MODEL_ITEM_SUFFIXES = ("_call", "reasoning")

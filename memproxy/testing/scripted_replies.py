@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memproxy.messages import message_text
+from memproxy.wire.message_text import message_text
 
 MEMORY_MARKER = "<memories>"
 TOOL_ARGUMENTS = json.dumps({"query": "weather in Paris"})

@@ -48,13 +48,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from memproxy.messages import message_text
 from memproxy.outbox.prompt import EXTRACTOR_MARKER
 from memproxy.testing import scripted_anthropic as anthropic
 from memproxy.testing import scripted_responses as responses
 from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_replies import MEMORY_MARKER, TOOL_ARGUMENTS, reply_for
 from memproxy.testing.scripted_validation import invalid_chat_request
+from memproxy.wire.message_text import message_text
 
 # Re-exported: tests and benches import them from here (the fake's one public module).
 __all__ = ["EMBED_DIM", "MEMORY_MARKER", "TOOL_ARGUMENTS", "RawReply", "Recorded", "ScriptedUpstream",

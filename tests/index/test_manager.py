@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from memproxy.config import IndexSettings
-from memproxy.db import SqliteDatabase as Database
-from memproxy.engine import SqliteConnection
 from memproxy.index import snapshot as snapshot_file
 from memproxy.index.embedder import HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.rows import delete_memory, insert_memory
 from memproxy.memory.store import MemoryStore
 from memproxy.scope import Scope
+from memproxy.storage.database import SqliteDatabase as Database
+from memproxy.storage.engine import SqliteConnection
 from tests.support.storage_env import DB_NAME, all_bytes, open_store
 
 SCOPE = Scope("tenant-a", "user-1", "agent-1")

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from memproxy.engine import Connection
 from memproxy.errors import ApiError
 from memproxy.index.embedder import HashEmbedder
 from memproxy.memory.rows import DuplicateMemory, normalize_text
 from memproxy.scope import Scope
+from memproxy.storage.engine import Connection
 from tests.support.storage_env import Storage, all_bytes, open_store
 
 ALICE = Scope("tenant-a", "alice", "")

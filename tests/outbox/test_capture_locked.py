@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memproxy.db import BUSY_TIMEOUT_MS
+from memproxy.storage.database import BUSY_TIMEOUT_MS
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import DB_NAME, TOKEN, captured, unique
 from tests.support.proxy import Proxy, proxy_settings, start_proxy

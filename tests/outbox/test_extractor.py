@@ -19,7 +19,7 @@ from memproxy.outbox.prompt import (
 )
 from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_upstream import is_extraction
-from memproxy.upstream import Upstream
+from memproxy.upstream.provider import Upstream
 
 
 def memory(memory_id: str, text: str) -> Memory:

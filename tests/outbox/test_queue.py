@@ -9,9 +9,9 @@ from typing import TypeVar
 
 import pytest
 
-from memproxy.engine import Connection
 from memproxy.outbox import queue as outbox
 from memproxy.scope import Scope
+from memproxy.storage.engine import Connection
 from tests.support.storage_env import Storage
 
 T = TypeVar("T")

@@ -241,7 +241,6 @@ def test_stopping_the_worker_releases_its_leases(
 ) -> None:
     """Shutdown mid-extraction: the job goes back to pending without spending an attempt."""
     from memproxy.config import ExtractionSettings, IndexSettings, UpstreamSettings
-    from memproxy.db import SqliteDatabase as Database
     from memproxy.index.embedder import HashEmbedder
     from memproxy.index.manager import IndexManager
     from memproxy.memory.store import MemoryStore
@@ -250,7 +249,8 @@ def test_stopping_the_worker_releases_its_leases(
     from memproxy.outbox.extractor import Extractor
     from memproxy.outbox.worker import Worker
     from memproxy.scope import Scope
-    from memproxy.upstream import Upstream
+    from memproxy.storage.database import SqliteDatabase as Database
+    from memproxy.upstream.provider import Upstream
 
     fake, upstream_url = upstream
     marker, scope = unique("leased"), Scope("t", "u", "")

@@ -16,7 +16,7 @@ from pathlib import Path
 from memproxy.config import ExtractionSettings, UpstreamSettings
 from memproxy.outbox.extractor import Extractor
 from memproxy.outbox.worker import Worker
-from memproxy.upstream import Upstream
+from memproxy.upstream.provider import Upstream
 from tests.support.storage_env import open_store
 
 

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from memproxy.api.fast_messages import for_provider
-from memproxy.fastpath import FastRoute
 from memproxy.proxy.anthropic_chat import ChatStreamToEvents, to_chat, to_message
 from memproxy.proxy.anthropic_turn import AnthropicStreamAccumulator
+from memproxy.upstream.fastpath import FastRoute
 
 TOOL = {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {}}}
 

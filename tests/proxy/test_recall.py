@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import tiktoken
 
-from memproxy.messages import latest_user_text
 from memproxy.proxy.budget import use_bundled_tokenizers
 from memproxy.proxy.recall import (
     CLOSE_TAG,
@@ -28,6 +27,7 @@ from memproxy.proxy.recall import (
     neutralize,
 )
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream, reply_for
+from memproxy.wire.message_text import latest_user_text
 from tests.support.paths import on_both_paths
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
 

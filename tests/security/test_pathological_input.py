@@ -24,9 +24,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memproxy.auth import passthrough_tenant
-from memproxy.json_input import MAX_DEPTH
 from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import ScriptedUpstream
+from memproxy.wire.json_input import MAX_DEPTH
 from tests.support.memory_flow import query
 from tests.support.proxy import Proxy, proxy_settings, start_proxy
 

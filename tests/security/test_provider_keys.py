@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from memproxy.egress import LOCAL_DEFAULTS
 from memproxy.testing.scripted_upstream import ScriptedUpstream
-from memproxy.upstream import import_litellm
+from memproxy.upstream.egress import LOCAL_DEFAULTS
+from memproxy.upstream.provider import import_litellm
 from tests.security.routing import (
     CALLER_KEY,
     OPERATOR_KEY,

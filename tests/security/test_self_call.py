@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from memproxy.api.app import create_app
-from memproxy.api.serving import capped_http_protocol
+from memproxy.api.uvicorn_server import capped_http_protocol
 from memproxy.testing.background_server import BackgroundServer
 from tests.security.routing import CALLER_KEY, OPERATOR_KEY, assert_refused, attack
 from tests.security.sandbox import loopback_only

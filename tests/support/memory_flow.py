@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import httpx
 import psycopg
 
-from memproxy.engine import to_pyformat
+from memproxy.storage.engine import to_pyformat
 from tests.support.proxy import Proxy
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ import httpx
 import openai
 
 from memproxy.api.app import create_app
-from memproxy.api.serving import capped_http_protocol
+from memproxy.api.uvicorn_server import capped_http_protocol
 from memproxy.config import Settings, settings_from_dict
 from memproxy.testing.background_server import BackgroundServer
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from memproxy.config import IndexSettings
-from memproxy.db import Database, SqliteDatabase
 from memproxy.index.embedder import Embedder, HashEmbedder
 from memproxy.index.manager import IndexManager
 from memproxy.memory.store import MemoryStore
-from memproxy.pg import PostgresDatabase
+from memproxy.storage.database import Database, SqliteDatabase
+from memproxy.storage.postgres import PostgresDatabase
 
 DB_NAME = "memproxy.sqlite3"
 

@@ -19,7 +19,7 @@ SCRIPTED_MODELS = ("drop", "slow", "tools", "hang")
 
 
 def stream_natively(models: tuple[str, ...] = SCRIPTED_MODELS) -> None:
-    from memproxy.upstream import import_litellm
+    from memproxy.upstream.provider import import_litellm
 
     litellm = import_litellm()
     info = {"litellm_provider": "openai", "mode": "chat", "supports_native_streaming": True}

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from memproxy.index.embedders.base import Vectors, normalize_rows
-from memproxy.upstream import import_litellm
+from memproxy.upstream.provider import import_litellm
 
 # Provider models are not calibrated at start (that would be a paid call); hosted
 # embedding models put unrelated short texts at a cosine of roughly 0.1-0.3.

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from memproxy.engine import DatabaseUnavailable, Engine, PostgresConnection
-from memproxy.schema import MIGRATIONS, for_postgres
+from memproxy.storage.engine import DatabaseUnavailable, Engine, PostgresConnection
+from memproxy.storage.migrations import MIGRATIONS, for_postgres
 
 log = logging.getLogger(__name__)
 

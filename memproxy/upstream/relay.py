@@ -32,8 +32,8 @@ from urllib.parse import unquote
 import aiohttp
 
 from memproxy.errors import ApiError, error_type_for
-from memproxy.fastpath import FastRoute
-from memproxy.upstream import timeout_error, unreachable_error
+from memproxy.upstream.fastpath import FastRoute
+from memproxy.upstream.provider import timeout_error, unreachable_error
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memproxy.config import Settings
-from memproxy.upstream import import_litellm
+from memproxy.upstream.provider import import_litellm
 
 log = logging.getLogger("memproxy.model_access")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memproxy.db import SqliteDatabase as Database
-from memproxy.db import migrate
-from memproxy.engine import Connection
-from memproxy.schema import MIGRATIONS
+from memproxy.storage.database import SqliteDatabase as Database
+from memproxy.storage.database import migrate
+from memproxy.storage.engine import Connection
+from memproxy.storage.migrations import MIGRATIONS
 
 
 async def _pragma(db: Database, name: str) -> object:

@@ -35,10 +35,10 @@ from urllib.parse import quote
 
 import httpx
 
-from memproxy import egress
 from memproxy.auth import Credential
 from memproxy.config import ConfigError, ServerSettings, UpstreamSettings
 from memproxy.errors import ApiError, error_type_for
+from memproxy.upstream import egress
 
 # Chat-completion parameters of the OpenAI API that LiteLLM maps itself.
 OPENAI_CHAT_PARAMS = frozenset(

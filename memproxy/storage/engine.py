@@ -16,7 +16,7 @@ translate what differs:
   SQLite has no other machine to wake;
 - ``read_snapshot()``: one consistent read (SQLite ``BEGIN``; Postgres REPEATABLE READ).
 
-Identity columns and column types differ only in DDL: see ``memproxy.schema``.
+Identity columns and column types differ only in DDL: see ``memproxy.storage.migrations``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``Database`` is what the rest of memproxy sees; ``open_database`` picks the engine: the
 embedded SQLite file (``SqliteDatabase``, the default) or Postgres when ``storage.url`` is
-set (``memproxy.pg``). Row functions receive an ``engine.Connection`` either way.
+set (``memproxy.storage.postgres``). Row functions receive an ``engine.Connection`` either way.
 
 SQLite invariants:
 - One ``sqlite3.Connection`` per ``SqliteDatabase``, used only from its single worker thread
@@ -16,7 +16,7 @@ SQLite invariants:
 - ``secure_delete=ON``: deleted rows are overwritten with zeros, so "forget" erases text
   rather than leaving it in free pages; a ``wal_checkpoint(TRUNCATE)`` after it empties
   the WAL too.
-- Migrations (``memproxy.schema``) are applied once each, in a ``BEGIN IMMEDIATE``
+- Migrations (``memproxy.storage.migrations``) are applied once each, in a ``BEGIN IMMEDIATE``
   transaction, and recorded in ``migrations``.
 - Another process (the ``memproxy worker``) may open the same file; WAL lets readers and
   one writer proceed together and ``busy_timeout`` absorbs writer contention.
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from memproxy.config import StorageSettings
-from memproxy.engine import Connection, Engine, SqliteConnection
-from memproxy.schema import MIGRATIONS, statements
+from memproxy.storage.engine import Connection, Engine, SqliteConnection
+from memproxy.storage.migrations import MIGRATIONS, statements
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class SqliteDatabase:
 def open_database(storage: StorageSettings) -> Database:
     """The configured engine (not opened yet): Postgres when ``storage.url`` is set."""
     if storage.url:
-        from memproxy.pg import PostgresDatabase
+        from memproxy.storage.postgres import PostgresDatabase
 
         return PostgresDatabase(storage.url, pool_size=storage.pool_size)
     return SqliteDatabase(database_path(storage.data_dir))

@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 
-from memproxy.db import database_path, migrate
-from memproxy.pg import migrate as pg_migrate
+from memproxy.storage.database import database_path, migrate
+from memproxy.storage.postgres import migrate as pg_migrate
 
 # (table, columns, identity column or None); jobs get their Postgres-only ``rowid`` anew, in order.
 TABLES: list[tuple[str, str, str | None, str]] = [

@@ -1,4 +1,4 @@
-"""Which routes skip LiteLLM: OpenAI-compatible endpoints, relayed by ``memproxy.relay``.
+"""Which routes skip LiteLLM: OpenAI-compatible endpoints, relayed by ``memproxy.upstream.relay``.
 
 LiteLLM still decides where a model name goes (``Upstream.route``: ``upstream.api_base``,
 ``upstream.models`` aliases, provider prefixes, keys) and which provider that is
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memproxy.auth import Credential
-from memproxy.upstream import Upstream
+from memproxy.upstream.provider import Upstream
 
 # Provider → (default base URL when LiteLLM names none, env vars for its key, env vars for its base).
 _OPENAI_WIRE: dict[str, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = {

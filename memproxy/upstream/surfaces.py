@@ -17,9 +17,9 @@ import json
 from typing import Any
 
 from memproxy.auth import Credential
-from memproxy.egress import unsafe_id
 from memproxy.errors import ApiError
-from memproxy.upstream import Upstream, import_litellm, to_api_error
+from memproxy.upstream.egress import unsafe_id
+from memproxy.upstream.provider import Upstream, import_litellm, to_api_error
 
 # The request fields of ``litellm.responses`` (OpenAI's Responses API parameters).
 RESPONSES_PARAMS = frozenset(

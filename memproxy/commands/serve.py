@@ -98,7 +98,7 @@ def run_server(settings: Settings, workers: int, listener: socket.socket) -> int
     """Serve on ``listener`` (from ``bind_port``) until SIGTERM/SIGINT; the exit code (0
     after a clean shutdown)."""
     from memproxy.api.app import create_app
-    from memproxy.api.serving import serve
+    from memproxy.api.uvicorn_server import serve
 
     # uvicorn re-raises the SIGTERM it handled once shutdown is done, which would end the
     # process with -SIGTERM; a clean, graceful shutdown should exit 0.
@@ -199,7 +199,7 @@ def worker_main(settings: Settings, port: int) -> None:
     quiet_library_loaders()
     try:
         from memproxy.api.app import create_app
-        from memproxy.api.serving import serve
+        from memproxy.api.uvicorn_server import serve
 
         app = create_app(settings)
         sock = port_socket(settings.server.host, port)

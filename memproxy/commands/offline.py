@@ -53,7 +53,7 @@ def who_may_call(settings: Settings) -> str:
 
 def run_fake_upstream(host: str, port: int) -> int:
     """``memproxy fake-upstream``: the scripted provider alone, in the foreground."""
-    from memproxy.api.serving import serve
+    from memproxy.api.uvicorn_server import serve
     from memproxy.testing.scripted_upstream import ScriptedUpstream
 
     settings = Settings(server=ServerSettings(host=host, port=port))

@@ -1,0 +1,1 @@
+"""The database: engines, migrations, SQLite and Postgres, and the copy between them."""

@@ -1,0 +1,1 @@
+"""The provider side: the allow-list, LiteLLM calls, the fast path and its byte relay."""

@@ -1,0 +1,1 @@
+"""What a client request is made of, read one way: headers, message text, JSON, times."""
