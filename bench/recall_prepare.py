@@ -42,8 +42,10 @@ from stats import percentiles_ms
 from memproxy.config import settings_from_dict
 from memproxy.index.embedder import OnnxEmbedder
 from memproxy.metrics import RECALL_STAGES, Metrics
+from memproxy.proxy.recall import QUERY_MAX_CHARS
 from memproxy.scope import RequestScope, Scope
 from memproxy.services import Services, open_services
+from memproxy.wire.message_text import latest_user_text
 
 VARIANTS = ("batched", "unbatched", "batched_1thread")
 ROUNDS = 3
@@ -89,7 +91,8 @@ async def load(services: Services, bodies: Callable[[], dict[str, Any]], scope: 
             remaining -= 1
             body = bodies()
             started = time.perf_counter()
-            _, _, error = await services.recaller.prepare(body, scope)
+            query = latest_user_text(body["messages"], QUERY_MAX_CHARS)
+            _, _, error = await services.recaller.memory_block(query, str(body["model"]), scope)
             samples.append(time.perf_counter() - started)
             assert error is None, error
 

@@ -18,14 +18,15 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memproxy import __version__
-from memproxy.api import chat, console, messages, openai_routes, ops, responses
+from memproxy.api import console, openai_routes, ops
 from memproxy.api import jobs as jobs_api
 from memproxy.api import memories as memories_api
 from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import CLIENT_CLOSED, AccessLogMiddleware
 from memproxy.api.mcp_server import McpDoor
-from memproxy.api.messages import is_anthropic_route
 from memproxy.api.openapi import openapi_schema
+from memproxy.api.pipeline import surface_router
+from memproxy.api.surfaces import discover
 from memproxy.config import Settings
 from memproxy.errors import ApiError, anthropic_error_body
 from memproxy.metrics import Metrics
@@ -91,7 +92,8 @@ _METHODS = ("GET", "POST", "PATCH", "PUT", "DELETE")
 
 def _error_response(request: Request, exc: ApiError) -> Response:
     # Anthropic's SDK reads errors in Anthropic's shape; every other route speaks OpenAI's.
-    body = anthropic_error_body(exc) if is_anthropic_route(request.url.path) else exc.body()
+    anthropic = request.url.path.rstrip("/") in getattr(request.app.state, "anthropic_paths", ())
+    body = anthropic_error_body(exc) if anthropic else exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
@@ -193,9 +195,16 @@ def create_app(settings: Settings) -> FastAPI:
     # /openapi.json: the schema clients and fuzzers read (api.openapi); no docs pages (no CDN assets).
     app = FastAPI(title="memproxy", version=__version__, lifespan=mcp_door.wrap(lifespan), docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")  # fmt: skip
-    app.include_router(chat.router)
-    app.include_router(responses.router)
-    app.include_router(messages.router)
+    # Each API surface (``api.surfaces``: chat, Responses, Messages, legacy completions) runs
+    # its turns through the one pipeline (``api.pipeline``).
+    anthropic_paths: set[str] = set()
+    for found in discover():
+        app.include_router(surface_router(found.surface))
+        if found.router is not None:
+            app.include_router(found.router)
+        if found.surface.anthropic_errors:
+            anthropic_paths.update(found.surface.paths)
+    app.state.anthropic_paths = frozenset(anthropic_paths)
     app.include_router(openai_routes.router)
     app.include_router(memories_api.router)
     app.include_router(jobs_api.router)

@@ -1,9 +1,8 @@
-"""Recall: put a scope's most relevant memories into a chat request before it is forwarded.
+"""Recall: a scope's most relevant memories, as the block a request carries to its provider.
 
-What happens (``Recaller.prepare``):
-1. The query is the text of the latest user message (string or text content parts).
-   A conversation ending in tool results or an assistant turn still recalls, with the
-   latest user message before them.
+What happens (``Recaller.memory_block``):
+1. The query is what the API surface says it is (``api.surface.Surface.query``: on chat, the
+   text of the latest user message, even when tool results or an assistant turn follow it).
 2. The query is embedded (cached briefly by ``QueryEmbeddingCache``, keyed on the
    normalized text; concurrent queries share one embedder call, ``index.embedders.batching``)
    and searched in the request's scope (hybrid search, ``recall.top_k``, ``recall.min_score``).
@@ -11,14 +10,9 @@ What happens (``Recaller.prepare``):
    ``</memories>``, one ``- text`` line each (``- [YYYY-MM-DD] text`` with ``recall.dates``),
    and fitted into ``recall.max_tokens`` counted with the target model's tokenizer; a
    memory that does not fit is left out whole.
-4. ``placement.place_chat`` puts that message where ``recall.placement`` says (right after
-   the caller's leading system/developer messages, or after the newest message).
-   ``memory_block`` (steps 2–3) serves the other API surfaces, which place it themselves.
+4. The surface places the block (``proxy.placement``) where ``recall.placement`` says.
 
 Invariants:
-- The caller's body and message objects are never mutated; ``forwarded`` is a new dict
-  with a new message list (and copies of the caller's message dicts) when memories are
-  injected, and the caller's body itself otherwise.
 - The injected text (wrapper included) never exceeds ``recall.max_tokens`` tokens.
 - A memory's text cannot close the delimiter, open a tag, or start its own line.
 - Fail open: an embedding or search error, or recall taking longer than
@@ -52,10 +46,8 @@ from memproxy.memory.rows import Memory
 from memproxy.memory.store import MemoryStore
 from memproxy.metrics import Metrics
 from memproxy.proxy.budget import Tokenizers, count_tokens
-from memproxy.proxy.placement import place_chat
 from memproxy.scope import RequestScope
 from memproxy.wire.headers import RECALL_ERROR, RECALLED
-from memproxy.wire.message_text import latest_user_text
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +67,6 @@ _TAG = re.compile(r"<\s*/?\s*[|A-Za-z][^<>]{0,64}>")
 _SPACES = re.compile(r"\s+")
 
 Vector = npt.NDArray[np.float32]
-Recall = tuple[dict[str, Any], int, str | None]
 
 
 def neutralize(text: str) -> str:
@@ -262,18 +253,6 @@ class Recaller:
         self.line_costs = LineCosts(dates=settings.dates)
         self.failures: collections.Counter[str] = collections.Counter()
         self._inflight: set[asyncio.Task[list[tuple[Memory, float]]]] = set()
-
-    async def prepare(self, body: dict[str, Any], request_scope: RequestScope) -> Recall:
-        """``(forwarded body, memories injected, error class or None)``; never raises for recall."""
-        text, count, error = await self.memory_block(
-            latest_user_text(body["messages"], QUERY_MAX_CHARS), str(body.get("model", "")), request_scope
-        )
-        if not count:
-            return body, 0, error
-        started = time.perf_counter()
-        forwarded = place_chat(body, text, self.settings.placement)
-        self._stage("placement", started)
-        return forwarded, count, None
 
     def _stage(self, stage: str, started: float) -> None:
         if self.metrics is not None:

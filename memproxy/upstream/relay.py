@@ -2,16 +2,16 @@
 
 ``Relay`` owns one pooled aiohttp ``ClientSession`` (HTTP/1.1 keep-alive; measured against
 httpx's ``AsyncClient`` on this machine class: ~6x the requests/s at concurrency 32, see
-``notes``/README). ``send`` returns a ``Reply``: the provider's status, the headers worth
-passing on, and either the whole body or the open stream. ``relay_events`` relays an SSE
-stream as it arrives and lets the caller look at each ``data:`` line on the way.
+docs/performance.md). ``send`` returns a ``Reply``: the provider's status, the headers worth
+passing on, and either the whole body or the open stream. ``ProviderStream`` reads an open
+SSE answer as whole-event pieces for the one relay loop (``api.stream_relay``).
 
 Invariants:
 - What the provider sent is what the client gets: status, body bytes and SSE bytes are
   never re-encoded; only the headers in ``_PASSED`` (content type, rate limits) are copied.
-- A stream is relayed in whole events (up to the last blank line received): a client never
+- A stream is read in whole events (up to the last blank line received): a client never
   sees half an event, so a failure after the first byte can always be reported as one
-  final ``data: {"error": …}`` event.
+  final error event.
 - No path with a ``.``/``..`` segment is sent (``_check_path``): ids in paths stay ids.
 - Timeouts are ``upstream.timeout_s`` per connect/read (as on the LiteLLM path) → 504;
   an unreachable provider or a broken connection before the answer → 502.
@@ -21,10 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -34,6 +32,7 @@ import aiohttp
 from memproxy.errors import ApiError, error_type_for
 from memproxy.upstream.fastpath import FastRoute
 from memproxy.upstream.provider import timeout_error, unreachable_error
+from memproxy.wire.sse import DONE, Piece, data_lines, event_start, is_done, split_events
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,6 @@ _PASSED = frozenset({"content-type", "retry-after", "retry-after-ms", "request-i
 # Connections kept per process: enough for a burst of concurrent streams.
 POOL_SIZE = 256
 KEEPALIVE_S = 4.0
-_DONE = b"[DONE]"
 
 
 @dataclass
@@ -165,92 +163,55 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def error_event(error: ApiError) -> bytes:
-    return b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+class ProviderStream:
+    """An open SSE answer, read as ``Piece``s for ``api.stream_relay.relay`` (the one relay loop).
 
+    ``is_final`` names the surface's final event (chat's ``[DONE]``, the Responses API's
+    ``response.completed`` …). With ``watch`` (capture reads the turn), each piece carries its
+    ``data:`` payloads (chat's ``[DONE]`` aside) and the final event starts a piece of its own;
+    without it, events pass in the blocks they arrived in, unread."""
 
-def split_events(buffer: bytes) -> int:
-    """Length of the complete events at the start of ``buffer`` (up to the last blank line)."""
-    ends = [buffer.rfind(sep) + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if sep in buffer]
-    return max(ends, default=0)
+    def __init__(self, reply: Reply, is_final: Callable[[bytes], bool] = is_done, *, watch: bool) -> None:
+        self.reply = reply
+        self._is_final = is_final
+        self._watch = watch
 
-
-def data_lines(events: bytes) -> list[tuple[int, bytes]]:
-    """``(offset, payload)`` of every ``data:`` line in ``events``, in order."""
-    found: list[tuple[int, bytes]] = []
-    offset = 0
-    for line in events.splitlines(keepends=True):
-        if line.startswith(b"data:"):
-            found.append((offset, line[5:].strip()))
-        offset += len(line)
-    return found
-
-
-def is_done(payload: bytes) -> bool:
-    """Chat's end of stream: the ``data: [DONE]`` line."""
-    return payload == _DONE
-
-
-def event_start(events: bytes, offset: int) -> int:
-    """Where the event holding byte ``offset`` of ``events`` begins (after the blank line before it)."""
-    found = [(events.rfind(sep, 0, offset), sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r")]
-    return max((at + len(sep) for at, sep in found if at >= 0), default=0)
-
-
-async def relay_events(
-    reply: Reply,
-    on_data: Callable[[bytes], None] | None = None,
-    before_done: Callable[[], Awaitable[None]] | None = None,
-    *,
-    is_final: Callable[[bytes], bool] = is_done,
-    error_frame: Callable[[ApiError], bytes] | None = None,
-) -> AsyncIterator[bytes]:
-    """The provider's SSE bytes in whole events, as they arrive.
-
-    ``on_data`` sees each ``data:`` payload (not chat's ``[DONE]``); ``before_done`` is
-    awaited before the final event (``is_final``: chat's ``[DONE]``, the Responses API's
-    ``response.completed``) goes out, or at the end of a stream that had none. A failure
-    after the first byte ends the relay with one error event (``error_frame``: chat's
-    ``data: {"error": …}`` unless the surface has its own shape).
-    """
-    pending = b""
-    finished = False
-    watch = on_data is not None or before_done is not None
-    try:
-        async for chunk in reply.chunks():
+    async def pieces(self) -> AsyncIterator[Piece]:
+        pending = b""
+        finished = not self._watch
+        async for chunk in self.reply.chunks():
             pending += chunk
             cut = split_events(pending)
             if not cut:
                 continue
             events, pending = pending[:cut], pending[cut:]
-            if not watch:
-                yield events
+            if not self._watch:
+                yield Piece(events, [])
                 continue
-            for offset, payload in data_lines(events):
-                if on_data is not None and payload != _DONE:
-                    on_data(payload)
-                if not finished and is_final(payload):
-                    finished = True
-                    start = event_start(events, offset)
-                    if start:
-                        yield events[:start]
-                    events = events[start:]
-                    if before_done is not None:
-                        await before_done()
-            yield events
-        if pending:
-            yield pending
-        if not finished and before_done is not None:
-            await before_done()
-        reply.release()
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        error = _stream_error(exc)
-        log.warning("stream failed after it began: %s", error.message)
-        yield (error_frame or error_event)(error)
-    finally:
-        reply.close()
+            lines = [(offset, payload) for offset, payload in data_lines(events) if payload != DONE]
+            start = None if finished else self._final_start(events)
+            if start is None:
+                yield Piece(events, [payload for _, payload in lines])
+                continue
+            finished = True
+            if start:
+                yield Piece(events[:start], [payload for offset, payload in lines if offset < start])
+            yield Piece(events[start:], [payload for offset, payload in lines if offset >= start], final=True)
+        if pending:  # a last event without its blank line: sent as it came
+            yield Piece(pending, [])
+        self.reply.release()
+
+    def _final_start(self, events: bytes) -> int | None:
+        for offset, payload in data_lines(events):
+            if self._is_final(payload):
+                return event_start(events, offset)
+        return None
+
+    def error(self, exc: Exception) -> ApiError:
+        return _stream_error(exc)
+
+    async def close(self) -> None:
+        self.reply.close()
 
 
 def _stream_error(exc: Exception) -> ApiError:

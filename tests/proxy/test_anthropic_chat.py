@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memproxy.api.fast_messages import for_provider
+from memproxy.api.surfaces.messages import for_provider
 from memproxy.proxy.anthropic_chat import ChatStreamToEvents, to_chat, to_message
 from memproxy.proxy.anthropic_turn import AnthropicStreamAccumulator
 from memproxy.upstream.fastpath import FastRoute

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from memproxy.api.fast_responses import litellm_id, serves_responses
+from memproxy.api.surfaces.responses import litellm_id, serves_responses
 from memproxy.auth import Credential
 from memproxy.config import ConfigError, ServerSettings, UpstreamSettings
 from memproxy.errors import ApiError
 from memproxy.upstream.fastpath import FastPaths, FastRoute
 from memproxy.upstream.provider import Upstream
-from memproxy.upstream.relay import event_start
+from memproxy.wire.sse import event_start
 
 CALLER = Credential(tenant="t", provider_key="sk-caller")
 SERVER_SIDE = Credential(tenant="t", provider_key=None)  # keys mode

@@ -1,0 +1,140 @@
+"""The one pipeline every API surface's turn runs through:
+
+read body → validate → scope → transport (fast path or LiteLLM) → recall → budget → placement →
+capture plan → send → answer (captured before it is returned) or stream (``stream_relay.relay``).
+
+The surface (``api.surface.Surface``) supplies everything that differs by API shape; the
+headers (``X-Memproxy-Recalled``, ``-Recall-Error``, ``-Capture``), the metrics, fail-open
+recall and capture are the same on every surface and both paths.
+
+Invariants:
+- The caller's body is never mutated; what is forwarded is the surface's placed copy.
+- Capture is planned from the caller's own body before the provider is called (so a streamed
+  answer's headers carry the job id); a complete answer is committed before it is returned, a
+  stream before its final event. Refusals, failed, cut and client-aborted answers are not captured.
+- Recall never fails a request: its error goes in ``X-Memproxy-Recall-Error`` and the turn is
+  forwarded without memories.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from memproxy.api.body import parse_json_object, read_bytes
+from memproxy.api.deps import ServicesDep
+from memproxy.api.event_stream import EventStream
+from memproxy.api.stream_relay import relay
+from memproxy.api.surface import Outgoing, Providers, Streamed, Surface, Transport, Whole
+from memproxy.outbox.capture import OFF as CAPTURE_OFF
+from memproxy.outbox.capture import PlannedCapture, StreamCapture
+from memproxy.scope import RequestScope, parse_request_scope
+from memproxy.services import Services
+from memproxy.wire.headers import CAPTURE_RESULT, RECALL_ERROR, RECALLED
+
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Turn:
+    """The body to forward, the capture plan and the headers of the answer."""
+
+    forwarded: dict[str, Any]
+    plan: PlannedCapture | None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def surface_router(surface: Surface) -> APIRouter:
+    """The surface's POST routes, each running ``serve_turn``."""
+    router = APIRouter()
+
+    async def create(request: Request, services: ServicesDep) -> Response:
+        return await serve_turn(surface, request, services)
+
+    create.__name__ = f"create_{surface.name}"
+    for path in surface.paths:
+        router.add_api_route(path, create, methods=["POST"])
+    return router
+
+
+async def serve_turn(surface: Surface, request: Request, services: Services) -> Response:
+    credential = surface.authenticate(request, services.auth)
+    # For the access log: the tenant only ever appears there as this short hash.
+    request.state.tenant_hash = credential.tenant_hash
+    raw = await read_bytes(request, services.settings.server.max_body_bytes)
+    body = parse_json_object(raw)
+    surface.validate(body)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    request_scope = parse_request_scope(credential.tenant, headers, surface.user_of(body))
+    request.state.scope_info = request_scope
+    providers = Providers(services.fast_paths, services.relay, services.upstream, services.surfaces)
+    transport = surface.transport(body, credential, providers)
+    turn = await prepare_turn(services, surface, body, request_scope, transport)
+    outgoing = Outgoing(raw, body, turn.forwarded, credential, headers, watch=turn.plan is not None)
+    with services.metrics.time_upstream(streamed=outgoing.stream, path=transport.label):
+        answer = await transport.send(outgoing)
+    if isinstance(answer, Response):
+        return answer
+    if isinstance(answer, Streamed):
+        capture = None
+        if turn.plan is not None:
+            capture = StreamCapture(services.capture, turn.plan, surface.accumulator())
+        return EventStream(relay(answer.source, capture, surface.error_frame), status_code=answer.status,
+                           media_type="text/event-stream",
+                           headers={**answer.headers, **turn.headers, **STREAM_HEADERS})  # fmt: skip
+    await commit_whole(services, surface, turn, answer)
+    if isinstance(answer.content, dict):
+        return JSONResponse(
+            answer.content, status_code=answer.status, headers={**answer.headers, **turn.headers}
+        )
+    return Response(answer.content, status_code=answer.status, headers={**answer.headers, **turn.headers})
+
+
+async def prepare_turn(
+    services: Services,
+    surface: Surface,
+    body: dict[str, Any],
+    request_scope: RequestScope,
+    transport: Transport,
+) -> Turn:
+    """Recall (timed, counted, fail-open), placement and the capture plan, with their headers."""
+    forwarded, headers = body, {RECALLED: "0", CAPTURE_RESULT: CAPTURE_OFF}
+    if not surface.is_turn(body):
+        return Turn(forwarded, None, headers)
+    if request_scope.memory_on and request_scope.recall:
+        with services.metrics.time_recall():
+            text, count, error = await services.recaller.memory_block(
+                surface.query(body), str(body.get("model", "")), request_scope
+            )
+            if count:
+                started = time.perf_counter()
+                forwarded = surface.place(body, text, services.settings.recall.placement, transport)
+                services.metrics.observe_recall_stage("placement", time.perf_counter() - started)
+        services.metrics.observe_recalled(count)
+        headers[RECALLED] = str(count)
+        if error is not None:
+            services.metrics.recall_failed()
+            headers[RECALL_ERROR] = error
+    # Planned from the caller's own body: the injected memory block is never captured.
+    plan = services.capture.plan(request_scope, body, surface.inputs(body))
+    headers[CAPTURE_RESULT] = plan.job_id if plan else CAPTURE_OFF
+    return Turn(forwarded, plan, headers)
+
+
+async def commit_whole(services: Services, surface: Surface, turn: Turn, answer: Whole) -> None:
+    """Capture a complete answer before it is returned; a failure only changes the header."""
+    if turn.plan is None:
+        return
+    if answer.answer is None:
+        services.capture.not_captured(turn.plan, "the provider's answer is not JSON")
+        turn.headers[CAPTURE_RESULT] = CAPTURE_OFF
+        return
+    turn.headers[CAPTURE_RESULT] = await services.capture.commit(turn.plan, surface.reply_of(answer.answer))
+
+
+Handler = Callable[[Request], Awaitable[Response]]
