@@ -22,6 +22,7 @@ from memproxy.auth import Authenticator
 from memproxy.config import Settings
 from memproxy.index.embedder import Embedder
 from memproxy.index.manager import IndexManager
+from memproxy.memory.management import MemoryManagement
 from memproxy.memory.store import MemoryStore, build_store
 from memproxy.metrics import Metrics
 from memproxy.outbox import queue
@@ -57,6 +58,8 @@ class Services:
     # OpenAI-wire routes, relayed byte for byte through ``relay`` (its pool is closed in ``close``).
     fast_paths: FastPaths
     relay: Relay
+    # The memory operations the REST routes and the MCP tools call (built once, stateless).
+    management: MemoryManagement
     metrics: Metrics = field(default_factory=Metrics)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # The in-process extraction worker (None when ``extraction.worker_enabled`` is false).
@@ -167,6 +170,7 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
         spool = Spool(settings.storage.data_dir / "spool") if db.engine == "postgres" else None
         relay = Relay()
         await relay.open()
+        capture = Capture(db, clock=store.clock, spool=spool)
         return Services(
             settings=settings,
             credential_gaps=gaps,
@@ -177,10 +181,11 @@ async def open_services(settings: Settings, metrics: Metrics | None = None) -> S
             index=index,
             store=store,
             recaller=Recaller(store, embedder, settings.recall, settings.upstream, metrics),
-            capture=Capture(db, clock=store.clock, spool=spool),
+            capture=capture,
             surfaces=SurfaceUpstream(upstream),
             fast_paths=FastPaths(upstream, settings.upstream.fast_path),
             relay=relay,
+            management=MemoryManagement(store, capture, index, settings.recall.min_score),
             metrics=metrics,
         )
     except BaseException:

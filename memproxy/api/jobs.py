@@ -19,7 +19,7 @@ import json
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
+from memproxy.api.deps import ClockDep, CredentialDep, DatabaseDep, WorkerDep, allow_query
 from memproxy.errors import ApiError, not_found
 from memproxy.outbox import queue as outbox
 from memproxy.scope import validate_id
@@ -61,7 +61,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 @router.get(
     "/v1/jobs", dependencies=[allow_query("status", "limit", "cursor", "user_id", "agent_id", "order")]
 )
-async def list_jobs(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+async def list_jobs(request: Request, credential: CredentialDep, db: DatabaseDep) -> Response:
     """``user_id`` / ``agent_id`` select exactly (absent: any), as the console's scope page needs;
     ``order=desc`` lists newest first (a cursor continues in the order it was made in)."""
     order = request.query_params.get("order") or "asc"
@@ -76,7 +76,7 @@ async def list_jobs(request: Request, credential: CredentialDep, services: Servi
     after = decode_cursor(cursor) if cursor else None
     query = request.query_params
     user_id, agent_id = (validate_id(query[k], k) if k in query else None for k in ("user_id", "agent_id"))
-    jobs = await services.db.run(
+    jobs = await db.run(
         lambda c: outbox.list_jobs(
             c, credential.tenant, status, limit + 1, after, user_id, agent_id, newest_first=order == "desc"
         )
@@ -89,15 +89,15 @@ async def list_jobs(request: Request, credential: CredentialDep, services: Servi
 
 
 @router.get("/v1/jobs/{job_id}", dependencies=[allow_query()])
-async def get_job(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
-    job = await services.db.run(lambda c: outbox.get_job(c, credential.tenant, job_id))
+async def get_job(job_id: str, credential: CredentialDep, db: DatabaseDep) -> Response:
+    job = await db.run(lambda c: outbox.get_job(c, credential.tenant, job_id))
     if job is None:
         raise not_found("job")
     return JSONResponse(job.to_api())
 
 
 @router.get("/v1/jobs/{job_id}/messages", dependencies=[allow_query()])
-async def job_messages(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+async def job_messages(job_id: str, credential: CredentialDep, db: DatabaseDep) -> Response:
     """The turn the job captured (kept after extraction; erased when its scope is forgotten)."""
 
     def read(conn: Connection) -> list[dict[str, object]] | None:
@@ -105,22 +105,24 @@ async def job_messages(job_id: str, credential: CredentialDep, services: Service
             return None
         return outbox.captured_messages(conn, credential.tenant, job_id)
 
-    messages = await services.db.run(read)
+    messages = await db.run(read)
     if messages is None:
         raise not_found("job")
     return JSONResponse({"object": "list", "job_id": job_id, "data": messages})
 
 
 @router.post("/v1/jobs/{job_id}/retry", dependencies=[allow_query()])
-async def retry_job(job_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
+async def retry_job(
+    job_id: str, credential: CredentialDep, db: DatabaseDep, clock: ClockDep, worker: WorkerDep
+) -> Response:
     """Re-queue a dead job (fresh attempt budget); 409 for a done job (see module doc)."""
-    now = services.store.clock()
+    now = clock()
 
     def write(conn: Connection) -> outbox.Job | None:
         with conn:
             return outbox.retry(conn, credential.tenant, job_id, now)
 
-    job = await services.db.run(write)
+    job = await db.run(write)
     if job is None:
         raise not_found("job")
     if job.status == "done":
@@ -131,6 +133,6 @@ async def retry_job(job_id: str, credential: CredentialDep, services: ServicesDe
             param="job_id",
             code="job_not_retryable",
         )
-    if job.status == "pending" and services.worker is not None:
-        services.worker.notify()
+    if job.status == "pending" and worker is not None:
+        worker.notify()
     return JSONResponse(job.to_api())

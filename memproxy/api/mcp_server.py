@@ -37,12 +37,11 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from memproxy import __version__
-from memproxy.api.deps import management
 from memproxy.api.mcp_tools import ToolSpec, api_refusal, build_tools, schema_refusal, success
 from memproxy.auth import Credential
 from memproxy.config import Settings
 from memproxy.errors import ApiError
-from memproxy.memory.management import Caller
+from memproxy.memory.management import Caller, MemoryManagement
 from memproxy.services import Services
 from memproxy.storage.engine import DatabaseUnavailable
 
@@ -145,7 +144,9 @@ class McpDoor:
             return
         state = scope.setdefault("state", {})
         state["tenant_hash"] = credential.tenant_hash  # the access log's tenant
+        # What a tool call reads (``_call_tool``): the caller and the memory operations.
         state["mcp_credential"] = credential
+        state["mcp_management"] = services.management
         # The SDK binds a session to the principal that opened it (its ``client_id``).
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=credential.tenant, scopes=[]))
         await self._manager.handle_request(scope, receive, send)
@@ -171,9 +172,10 @@ class McpDoor:
             request = ctx.request
             assert isinstance(request, Request)
             credential: Credential = request.state.mcp_credential
+            ops: MemoryManagement = request.state.mcp_management
             caller = Caller(credential.tenant, request.headers, pinned=True)
             try:
-                body = await spec.run(management(request.app.state.services), caller, args)
+                body = await spec.run(ops, caller, args)
             except ApiError as exc:
                 return api_refusal(exc)
             except DatabaseUnavailable as exc:

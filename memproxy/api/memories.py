@@ -29,10 +29,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import read_bytes, read_json_object
-from memproxy.api.deps import CredentialDep, ServicesDep, allow_query, management
+from memproxy.api.deps import CredentialDep, ManagementDep, SettingsDep, allow_query
 from memproxy.auth import Credential
+from memproxy.config import Settings
 from memproxy.memory.management import Caller
-from memproxy.services import Services
 
 router = APIRouter()
 
@@ -46,17 +46,19 @@ def _caller(request: Request, credential: Credential) -> Caller:
     return Caller(credential.tenant, request.headers)
 
 
-async def _body(request: Request, services: Services) -> dict[str, Any]:
-    return await read_json_object(request, services.settings.server.max_body_bytes)
+async def _body(request: Request, settings: Settings) -> dict[str, Any]:
+    return await read_json_object(request, settings.server.max_body_bytes)
 
 
 # --- create / list / search ------------------------------------------------------------
 
 
 @router.post("/v1/memories", dependencies=[_NO_QUERY])
-async def create_memory(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    body = await _body(request, services)
-    created = await management(services).create(_caller(request, credential), body)
+async def create_memory(
+    request: Request, credential: CredentialDep, ops: ManagementDep, settings: SettingsDep
+) -> Response:
+    body = await _body(request, settings)
+    created = await ops.create(_caller(request, credential), body)
     return JSONResponse(created.body, status_code=created.status)
 
 
@@ -64,35 +66,39 @@ async def create_memory(request: Request, credential: CredentialDep, services: S
     "/v1/memories",
     dependencies=[allow_query("user_id", "agent_id", "limit", "cursor", "source", "has_expiry")],
 )
-async def list_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    page = await management(services).list(_caller(request, credential), request.query_params, in_query=True)
+async def list_memories(request: Request, credential: CredentialDep, ops: ManagementDep) -> Response:
+    page = await ops.list(_caller(request, credential), request.query_params, in_query=True)
     return JSONResponse(page)
 
 
 @router.post("/v1/memories/search", dependencies=[_NO_QUERY])
-async def search_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    body = await _body(request, services)
-    return JSONResponse(await management(services).search(_caller(request, credential), body))
+async def search_memories(
+    request: Request, credential: CredentialDep, ops: ManagementDep, settings: SettingsDep
+) -> Response:
+    body = await _body(request, settings)
+    return JSONResponse(await ops.search(_caller(request, credential), body))
 
 
 # --- forget / export / import (fixed paths: before /{memory_id}) ------------------------
 
 
 @router.delete("/v1/memories", dependencies=[_SCOPE_QUERY])
-async def forget_scope(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    return JSONResponse(await management(services).forget(_caller(request, credential), request.query_params))
+async def forget_scope(request: Request, credential: CredentialDep, ops: ManagementDep) -> Response:
+    return JSONResponse(await ops.forget(_caller(request, credential), request.query_params))
 
 
 @router.get("/v1/memories/export", dependencies=[_SCOPE_QUERY])
-async def export_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    lines = await management(services).export(_caller(request, credential), request.query_params)
+async def export_memories(request: Request, credential: CredentialDep, ops: ManagementDep) -> Response:
+    lines = await ops.export(_caller(request, credential), request.query_params)
     return Response(lines, media_type=NDJSON)
 
 
 @router.post("/v1/memories/import", dependencies=[_NO_QUERY])
-async def import_memories(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
-    raw = await read_bytes(request, services.settings.server.max_body_bytes)
-    return JSONResponse(await management(services).import_(_caller(request, credential), raw))
+async def import_memories(
+    request: Request, credential: CredentialDep, ops: ManagementDep, settings: SettingsDep
+) -> Response:
+    raw = await read_bytes(request, settings.server.max_body_bytes)
+    return JSONResponse(await ops.import_(_caller(request, credential), raw))
 
 
 # --- one memory -------------------------------------------------------------------------
@@ -100,28 +106,28 @@ async def import_memories(request: Request, credential: CredentialDep, services:
 
 @router.get("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def get_memory(
-    memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
+    memory_id: str, request: Request, credential: CredentialDep, ops: ManagementDep
 ) -> Response:
-    return JSONResponse(await management(services).get(_caller(request, credential), memory_id))
+    return JSONResponse(await ops.get(_caller(request, credential), memory_id))
 
 
 @router.patch("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def patch_memory(
-    memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
+    memory_id: str, request: Request, credential: CredentialDep, ops: ManagementDep, settings: SettingsDep
 ) -> Response:
-    body = await _body(request, services)
-    return JSONResponse(await management(services).update(_caller(request, credential), memory_id, body))
+    body = await _body(request, settings)
+    return JSONResponse(await ops.update(_caller(request, credential), memory_id, body))
 
 
 @router.delete("/v1/memories/{memory_id}", dependencies=[_NO_QUERY])
 async def delete_memory(
-    memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
+    memory_id: str, request: Request, credential: CredentialDep, ops: ManagementDep
 ) -> Response:
-    return JSONResponse(await management(services).delete(_caller(request, credential), memory_id))
+    return JSONResponse(await ops.delete(_caller(request, credential), memory_id))
 
 
 @router.get("/v1/memories/{memory_id}/history", dependencies=[_NO_QUERY])
 async def memory_history(
-    memory_id: str, request: Request, credential: CredentialDep, services: ServicesDep
+    memory_id: str, request: Request, credential: CredentialDep, ops: ManagementDep
 ) -> Response:
-    return JSONResponse(await management(services).history(_caller(request, credential), memory_id))
+    return JSONResponse(await ops.history(_caller(request, credential), memory_id))

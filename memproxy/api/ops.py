@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
 from memproxy import __version__
-from memproxy.metrics import Metrics
+from memproxy.api.deps import ReadinessDep, ScrapeDep
 
 router = APIRouter()
 
@@ -18,29 +18,24 @@ async def healthz() -> Response:
 
 
 @router.get("/readyz")
-async def readyz(request: Request) -> Response:
-    services = getattr(request.app.state, "services", None)
-    if services is None or not services.ready:
+async def readyz(app: ReadinessDep) -> Response:
+    if app is None or not app.ready:
         return JSONResponse({"status": "starting"}, status_code=503)
-    problems = services.health_problems() if hasattr(services, "health_problems") else []
+    problems = app.health_problems()
     # Missing credentials for memory's own model calls degrade memory, not the proxy: the
     # instance stays ready (200) so a load balancer keeps it, and says so in ``memory``.
-    memory = services.memory_status()
+    memory = app.memory_status()
     if problems:
         return JSONResponse({"status": "degraded", "problems": problems, "memory": memory}, status_code=503)
     # Still serving (chat answers, recall fails open, turns are spooled): 200, but say so.
-    notes = await services.degradations() if hasattr(services, "degradations") else []
+    notes = await app.degradations()
     if notes:
         return JSONResponse({"status": "degraded", "degraded": notes, "memory": memory})
     return JSONResponse({"status": "ready", "memory": memory})
 
 
 @router.get("/metrics")
-async def metrics_endpoint(request: Request) -> Response:
-    metrics: Metrics | None = getattr(request.app.state, "metrics", None)
+async def metrics_endpoint(metrics: ScrapeDep) -> Response:
     if metrics is None:
         return Response(b"", media_type=CONTENT_TYPE_LATEST)
-    services = getattr(request.app.state, "services", None)
-    if services is not None:
-        await services.refresh_metrics()
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
+from memproxy.api.deps import ClockDep, CredentialDep, DatabaseDep, allow_query
 from memproxy.errors import ApiError
 from memproxy.memory import scopes as scope_rows
 from memproxy.scope import validate_id
@@ -37,14 +37,16 @@ def _limit(raw: str | None) -> int:
 
 
 @router.get("/v1/scopes", dependencies=[allow_query("limit", "cursor", "q", "user_id", "agent_id")])
-async def list_scopes(request: Request, credential: CredentialDep, services: ServicesDep) -> Response:
+async def list_scopes(
+    request: Request, credential: CredentialDep, db: DatabaseDep, clock: ClockDep
+) -> Response:
     query = request.query_params
     limit = _limit(query.get("limit"))
     user_id, agent_id = (validate_id(query[k], k) if k in query else None for k in ("user_id", "agent_id"))
     search = validate_id(query.get("q"), "q") or None
     cursor = query.get("cursor") or None
-    now = services.store.clock()
-    page, next_cursor = await services.db.run(
+    now = clock()
+    page, next_cursor = await db.run(
         lambda c: scope_rows.list_scopes(
             c, credential.tenant, limit=limit, cursor=cursor, now=now, user_id=user_id, agent_id=agent_id,
             q=search,

@@ -14,13 +14,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
-from memproxy.api.deps import CredentialDep, ServicesDep, allow_query
+from memproxy.api.deps import CredentialDep, SettingsDep, allow_query
 
 router = APIRouter()
 
 
 @router.get("/v1/whoami", include_in_schema=False, dependencies=[allow_query()])
-async def whoami(credential: CredentialDep, services: ServicesDep) -> Response:
-    return JSONResponse(
-        {"object": "whoami", "tenant": credential.tenant, "auth_mode": services.settings.auth.mode}
-    )
+async def whoami(credential: CredentialDep, settings: SettingsDep) -> Response:
+    return JSONResponse({"object": "whoami", "tenant": credential.tenant, "auth_mode": settings.auth.mode})
