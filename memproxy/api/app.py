@@ -198,7 +198,9 @@ def create_app(settings: Settings) -> FastAPI:
     # Each API surface (``api.surfaces``: chat, Responses, Messages, legacy completions) runs
     # its turns through the one pipeline (``api.pipeline``).
     anthropic_paths: set[str] = set()
+    app.state.surface_schemas = {}
     for found in discover():
+        app.state.surface_schemas.update(dict.fromkeys(found.surface.paths, found.surface.request_schema))
         app.include_router(surface_router(found.surface))
         if found.router is not None:
             app.include_router(found.router)

@@ -444,16 +444,20 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     components.setdefault("schemas", {}).update(copy.deepcopy(SCHEMAS))
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    # Surfaces with no entry in OPERATIONS describe their own body (``Surface.request_schema``).
+    surfaces: dict[str, Any] = getattr(app.state, "surface_schemas", {})
     for path, item in schema.get("paths", {}).items():
         for method, operation in item.items():
-            _complete(method, path, operation)
+            spec = {"body_schema": surfaces[path], "ok": ("200", "ProviderObject"), "stream": True} if (
+                method == "post" and path in surfaces) else None  # fmt: skip
+            _complete(method, path, operation, spec)
     app.openapi_schema = schema
     return schema
 
 
-def _complete(method: str, path: str, operation: dict[str, Any]) -> None:
+def _complete(method: str, path: str, operation: dict[str, Any], surface: Schema | None = None) -> None:
     canonical = path if path.startswith("/v1/") or path in _PUBLIC else "/v1" + path
-    spec = OPERATIONS.get((method, canonical), {})
+    spec = OPERATIONS.get((method, canonical)) or surface or {}
     responses: dict[str, Any] = operation.setdefault("responses", {})
     responses.pop("422", None)  # FastAPI's validation error: memproxy answers those with a 400
     if path in _PUBLIC:
@@ -478,15 +482,16 @@ def _complete(method: str, path: str, operation: dict[str, Any]) -> None:
                 "description": "With messages instead of text: the turn is queued.",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Queued"}}},
             }
-        if canonical == "/v1/chat/completions" or canonical in ("/v1/responses", "/v1/messages"):
+        if spec.get("stream") or canonical in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
             # Each event's data is the provider's chunk, relayed.
             responses[status]["content"]["text/event-stream"] = {
                 "schema": {"type": "object", "properties": {"data": _STRING, "event": _STRING}}
             }
-    if "body" in spec:
+    if "body" in spec or "body_schema" in spec:
+        body_schema = spec["body_schema"] if "body_schema" in spec else BODIES[spec["body"]]
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": copy.deepcopy(BODIES[spec["body"]])}},
+            "content": {"application/json": {"schema": copy.deepcopy(body_schema)}},
         }
     if spec.get("ndjson_body"):
         operation["requestBody"] = {

@@ -93,6 +93,8 @@ class Surface(ABC):
     name: ClassVar[str]
     paths: ClassVar[tuple[str, ...]]  # the POST routes (``/v1/...`` and the SDK-less alias)
     anthropic_errors: ClassVar[bool] = False  # errors on these paths are Anthropic-shaped
+    # The body's JSON schema in /openapi.json (``api.openapi`` describes the first three itself).
+    request_schema: ClassVar[dict[str, Any]] = {"type": "object", "required": ["model"]}
 
     def authenticate(self, request: Request, auth: Authenticator) -> Credential:
         return auth.authenticate(request.headers.get("authorization"))
