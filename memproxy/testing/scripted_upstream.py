@@ -50,6 +50,7 @@ from starlette.routing import Route
 
 from memproxy.outbox.prompt import EXTRACTOR_MARKER
 from memproxy.testing import scripted_anthropic as anthropic
+from memproxy.testing import scripted_completions as completions
 from memproxy.testing import scripted_responses as responses
 from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_replies import MEMORY_MARKER, TOOL_ARGUMENTS, reply_for
@@ -135,6 +136,7 @@ class ScriptedUpstream:
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/responses/{id}", self._stored_response, methods=["GET", "DELETE"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
             ]
         )
 
@@ -178,6 +180,32 @@ class ScriptedUpstream:
             events = anthropic.stream_events(answer)
             return StreamingResponse(typed_sse(events, model, self), media_type="text/event-stream")
         return JSONResponse(answer)
+
+    async def _completions(self, request: Request) -> Response:
+        body = await self._record(request)
+        model = str(body.get("model", ""))
+        if (failure := _failure(model)) is not None:
+            return failure
+        answer = completions.completion_object(body)
+        if body.get("stream"):
+            chunks = completions.stream_chunks(answer)
+            return StreamingResponse(self._data_events(chunks, model), media_type="text/event-stream")
+        return JSONResponse(answer)
+
+    async def _data_events(self, chunks: list[dict[str, Any]], model: str) -> AsyncIterator[bytes]:
+        """``data: {json}`` events then ``data: [DONE]`` (``drop`` cuts after two, ``slow`` waits 50 ms)."""
+        try:
+            for i, chunk in enumerate(chunks):
+                if "drop" in model and i == 2:
+                    raise ConnectionAbortedError("scripted drop")
+                if "slow" in model and i:
+                    await asyncio.sleep(0.05)
+                yield _sse(chunk)
+            yield b"data: [DONE]\n\n"
+            self.completed_streams += 1
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled_streams += 1
+            raise
 
     async def _record(self, request: Request) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(await request.body() or b"{}")
