@@ -25,7 +25,7 @@ from memproxy.api import scopes as scopes_api
 from memproxy.api.access_log import CLIENT_CLOSED, AccessLogMiddleware
 from memproxy.api.mcp_server import McpDoor
 from memproxy.api.openapi import openapi_schema
-from memproxy.api.pipeline import surface_router
+from memproxy.api.pipeline import Pipeline, surface_router
 from memproxy.api.surfaces import discover
 from memproxy.config import Settings
 from memproxy.errors import ApiError, anthropic_error_body
@@ -170,6 +170,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await open_services(settings, metrics=app_metrics)
         app.state.services = services
+        app.state.pipeline = Pipeline.of(services)
         try:
             # A neural embedder takes a moment to load: /readyz says so until it is done
             # (recall and the worker wait for it), instead of the first request paying.

@@ -21,18 +21,22 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import parse_json_object, read_bytes
-from memproxy.api.deps import ServicesDep
 from memproxy.api.event_stream import EventStream
 from memproxy.api.stream_relay import relay
 from memproxy.api.surface import Outgoing, Providers, Streamed, Surface, Transport, Whole
+from memproxy.auth import Authenticator
+from memproxy.config import Settings
+from memproxy.errors import ApiError
+from memproxy.metrics import Metrics
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
-from memproxy.outbox.capture import PlannedCapture, StreamCapture
+from memproxy.outbox.capture import Capture, PlannedCapture, StreamCapture
+from memproxy.proxy.recall import Recaller
 from memproxy.scope import RequestScope, parse_request_scope
 from memproxy.services import Services
 from memproxy.wire.headers import CAPTURE_RESULT, RECALL_ERROR, RECALLED
@@ -49,12 +53,41 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Pipeline:
+    """The parts a turn uses, and nothing else of ``Services`` (built once, in the app's lifespan)."""
+
+    settings: Settings
+    auth: Authenticator
+    recaller: Recaller
+    capture: Capture
+    metrics: Metrics
+    providers: Providers
+
+    @classmethod
+    def of(cls, services: Services) -> Pipeline:
+        providers = Providers(services.fast_paths, services.relay, services.upstream, services.surfaces)
+        return cls(services.settings, services.auth, services.recaller, services.capture, services.metrics,
+                   providers)  # fmt: skip
+
+
+async def get_pipeline(request: Request) -> Pipeline:
+    # ``async def``, as every dependency in ``deps``: no thread hop.
+    pipeline: Pipeline | None = getattr(request.app.state, "pipeline", None)
+    if pipeline is None:
+        raise ApiError(503, "memproxy is starting up", code="not_ready")
+    return pipeline
+
+
+PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
+
+
 def surface_router(surface: Surface) -> APIRouter:
     """The surface's POST routes, each running ``serve_turn``."""
     router = APIRouter()
 
-    async def create(request: Request, services: ServicesDep) -> Response:
-        return await serve_turn(surface, request, services)
+    async def create(request: Request, pipeline: PipelineDep) -> Response:
+        return await serve_turn(surface, request, pipeline)
 
     create.__name__ = f"create_{surface.name}"
     for path in surface.paths:
@@ -62,32 +95,31 @@ def surface_router(surface: Surface) -> APIRouter:
     return router
 
 
-async def serve_turn(surface: Surface, request: Request, services: Services) -> Response:
-    credential = surface.authenticate(request, services.auth)
+async def serve_turn(surface: Surface, request: Request, parts: Pipeline) -> Response:
+    credential = surface.authenticate(request, parts.auth)
     # For the access log: the tenant only ever appears there as this short hash.
     request.state.tenant_hash = credential.tenant_hash
-    raw = await read_bytes(request, services.settings.server.max_body_bytes)
+    raw = await read_bytes(request, parts.settings.server.max_body_bytes)
     body = parse_json_object(raw)
     surface.validate(body)
     headers = {k.lower(): v for k, v in request.headers.items()}
     request_scope = parse_request_scope(credential.tenant, headers, surface.user_of(body))
     request.state.scope_info = request_scope
-    providers = Providers(services.fast_paths, services.relay, services.upstream, services.surfaces)
-    transport = surface.transport(body, credential, providers)
-    turn = await prepare_turn(services, surface, body, request_scope, transport)
+    transport = surface.transport(body, credential, parts.providers)
+    turn = await prepare_turn(parts, surface, body, request_scope, transport)
     outgoing = Outgoing(raw, body, turn.forwarded, credential, headers, watch=turn.plan is not None)
-    with services.metrics.time_upstream(streamed=outgoing.stream, path=transport.label):
+    with parts.metrics.time_upstream(streamed=outgoing.stream, path=transport.label):
         answer = await transport.send(outgoing)
     if isinstance(answer, Response):
         return answer
     if isinstance(answer, Streamed):
         capture = None
         if turn.plan is not None:
-            capture = StreamCapture(services.capture, turn.plan, surface.accumulator())
+            capture = StreamCapture(parts.capture, turn.plan, surface.accumulator())
         return EventStream(relay(answer.source, capture, surface.error_frame), status_code=answer.status,
                            media_type="text/event-stream",
                            headers={**answer.headers, **turn.headers, **STREAM_HEADERS})  # fmt: skip
-    await commit_whole(services, surface, turn, answer)
+    await commit_whole(parts, surface, turn, answer)
     if isinstance(answer.content, dict):
         return JSONResponse(
             answer.content, status_code=answer.status, headers={**answer.headers, **turn.headers}
@@ -96,7 +128,7 @@ async def serve_turn(surface: Surface, request: Request, services: Services) -> 
 
 
 async def prepare_turn(
-    services: Services,
+    parts: Pipeline,
     surface: Surface,
     body: dict[str, Any],
     request_scope: RequestScope,
@@ -107,34 +139,34 @@ async def prepare_turn(
     if not surface.is_turn(body):
         return Turn(forwarded, None, headers)
     if request_scope.memory_on and request_scope.recall:
-        with services.metrics.time_recall():
-            text, count, error = await services.recaller.memory_block(
+        with parts.metrics.time_recall():
+            text, count, error = await parts.recaller.memory_block(
                 surface.query(body), str(body.get("model", "")), request_scope
             )
             if count:
                 started = time.perf_counter()
-                forwarded = surface.place(body, text, services.settings.recall.placement, transport)
-                services.metrics.observe_recall_stage("placement", time.perf_counter() - started)
-        services.metrics.observe_recalled(count)
+                forwarded = surface.place(body, text, parts.settings.recall.placement, transport)
+                parts.metrics.observe_recall_stage("placement", time.perf_counter() - started)
+        parts.metrics.observe_recalled(count)
         headers[RECALLED] = str(count)
         if error is not None:
-            services.metrics.recall_failed()
+            parts.metrics.recall_failed()
             headers[RECALL_ERROR] = error
     # Planned from the caller's own body: the injected memory block is never captured.
-    plan = services.capture.plan(request_scope, body, surface.inputs(body))
+    plan = parts.capture.plan(request_scope, body, surface.inputs(body))
     headers[CAPTURE_RESULT] = plan.job_id if plan else CAPTURE_OFF
     return Turn(forwarded, plan, headers)
 
 
-async def commit_whole(services: Services, surface: Surface, turn: Turn, answer: Whole) -> None:
+async def commit_whole(parts: Pipeline, surface: Surface, turn: Turn, answer: Whole) -> None:
     """Capture a complete answer before it is returned; a failure only changes the header."""
     if turn.plan is None:
         return
     if answer.answer is None:
-        services.capture.not_captured(turn.plan, "the provider's answer is not JSON")
+        parts.capture.not_captured(turn.plan, "the provider's answer is not JSON")
         turn.headers[CAPTURE_RESULT] = CAPTURE_OFF
         return
-    turn.headers[CAPTURE_RESULT] = await services.capture.commit(turn.plan, surface.reply_of(answer.answer))
+    turn.headers[CAPTURE_RESULT] = await parts.capture.commit(turn.plan, surface.reply_of(answer.answer))
 
 
 Handler = Callable[[Request], Awaitable[Response]]
