@@ -27,14 +27,14 @@ from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import require_str
-from memproxy.api.deps import CredentialDep, ServicesDep
+from memproxy.api.deps import CredentialDep
+from memproxy.api.pipeline import Pipeline, PipelineDep
 from memproxy.api.surface import Providers, Surface, Transport
 from memproxy.api.transports import ByteRelay, ThroughLiteLLM
 from memproxy.auth import Credential
 from memproxy.errors import ApiError
 from memproxy.proxy import responses_turn
 from memproxy.proxy.placement import Placement, place_responses
-from memproxy.services import Services
 from memproxy.upstream.fastpath import FastRoute
 from memproxy.upstream.surfaces import dump, provider_error
 from memproxy.wire.sse import Piece, json_object, typed_frame
@@ -145,25 +145,27 @@ SURFACE = ResponsesSurface()
 
 @router.get("/v1/responses/{response_id}")
 @router.get("/responses/{response_id}")
-async def get_response(response_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
-    route = services.fast_paths.stored_route(credential)
+async def get_response(response_id: str, credential: CredentialDep, parts: PipelineDep) -> Response:
+    route = parts.providers.fast_paths.stored_route(credential)
     if route is not None and not litellm_id(response_id):
-        return await _fast_stored(services, route, "GET", response_id)
-    return JSONResponse(clean(await services.surfaces.get_response(response_id, credential)))
+        return await _fast_stored(parts, route, "GET", response_id)
+    return JSONResponse(clean(await parts.providers.litellm_surfaces.get_response(response_id, credential)))
 
 
 @router.delete("/v1/responses/{response_id}")
 @router.delete("/responses/{response_id}")
-async def delete_response(response_id: str, credential: CredentialDep, services: ServicesDep) -> Response:
-    route = services.fast_paths.stored_route(credential)
+async def delete_response(response_id: str, credential: CredentialDep, parts: PipelineDep) -> Response:
+    route = parts.providers.fast_paths.stored_route(credential)
     if route is not None and not litellm_id(response_id):
-        return await _fast_stored(services, route, "DELETE", response_id)
-    return JSONResponse(clean(await services.surfaces.delete_response(response_id, credential)))
+        return await _fast_stored(parts, route, "DELETE", response_id)
+    return JSONResponse(
+        clean(await parts.providers.litellm_surfaces.delete_response(response_id, credential))
+    )
 
 
-async def _fast_stored(services: Services, route: FastRoute, method: str, response_id: str) -> Response:
+async def _fast_stored(parts: Pipeline, route: FastRoute, method: str, response_id: str) -> Response:
     """``GET``/``DELETE`` a stored response at the provider, relayed as it answers."""
     path = f"{PATH}/{quote(response_id, safe='')}"
-    with services.metrics.time_upstream(streamed=False, path="fast"):
-        reply = await services.relay.send(route, path, None, stream=False, method=method)
+    with parts.metrics.time_upstream(streamed=False, path="fast"):
+        reply = await parts.providers.relay.send(route, path, None, stream=False, method=method)
     return Response(reply.body, status_code=reply.status, headers=reply.headers)
