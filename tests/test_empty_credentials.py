@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from memproxy.config import settings_from_dict
 from memproxy.upstream.model_access import memory_credential_gaps
-from tests.support.proxy import start_proxy
+from tests.support.proxy import http_get, start_proxy
 
 
 def test_an_empty_key_variable_is_a_credential_gap_and_stays_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +37,7 @@ def test_readyz_says_memory_is_degraded_with_an_empty_key(
     })  # fmt: skip
     server, proxy = start_proxy(settings)
     try:
-        ready = httpx.get(proxy.url + "/readyz", timeout=10)
+        ready = http_get(proxy.url + "/readyz", timeout=10)
     finally:
         server.stop()
     assert ready.status_code == 200  # the proxy serves (callers' keys); memory is what cannot work

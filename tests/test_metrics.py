@@ -5,19 +5,18 @@ from __future__ import annotations
 import time
 import uuid
 
-import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.paths import on_both_paths
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_get
 
 proxy_on_both_paths = on_both_paths("proxy")
 
 
 def scrape(proxy: Proxy) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = httpx.get(proxy.url + "/metrics", timeout=10)
+    response = http_get(proxy.url + "/metrics", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     samples = {}
@@ -69,7 +68,7 @@ def test_requests_and_latencies_are_counted_by_route_status_and_streaming(proxy:
 
 def test_unknown_paths_share_one_route_label(proxy: Proxy) -> None:
     path = "/no-such-" + uuid.uuid4().hex
-    assert httpx.get(proxy.url + path, timeout=10).status_code == 404
+    assert http_get(proxy.url + path, timeout=10).status_code == 404
     samples = scrape(proxy)
     assert not any(path in str(key) for key in samples)
     assert (
@@ -102,7 +101,7 @@ def test_gauges_mirror_jobs_and_index_state(proxy: Proxy) -> None:
 def test_each_app_has_its_own_registry(proxy: Proxy, keys_proxy: Proxy) -> None:
     before_keys = scrape(keys_proxy)
     for _ in range(3):
-        httpx.get(proxy.url + "/healthz", timeout=10)
+        http_get(proxy.url + "/healthz", timeout=10)
     after_keys = scrape(keys_proxy)
     labels = {"route": "/healthz", "method": "GET", "status": "200", "streamed": "false"}
     assert value(after_keys, "memproxy_requests_total", **labels) == value(

@@ -18,7 +18,7 @@ import pytest
 from memproxy.testing.scripted_extractor import rule_extractor, third_person
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import memories, say, unique, wait_job
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_client
 
 USER_SAYS: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
 # (request fields, param OpenAI names, code)
@@ -50,13 +50,13 @@ def _openai_error(response: httpx.Response) -> dict[str, Any]:
 def test_the_stand_in_refuses_what_openai_refuses(
     upstream: tuple[ScriptedUpstream, str], fields: dict[str, Any], param: str, code: str
 ) -> None:
-    with httpx.Client(base_url=upstream[1], timeout=10) as http:
+    with http_client(base_url=upstream[1], timeout=10) as http:
         error = _openai_error(http.post("/chat/completions", json={"model": "gpt-4o-mini", **fields}))
     assert (error["param"], error["code"]) == (param, code)
 
 
 def test_openais_wording_for_the_three_a_newcomer_meets(upstream: tuple[ScriptedUpstream, str]) -> None:
-    with httpx.Client(base_url=upstream[1], timeout=10) as http:
+    with http_client(base_url=upstream[1], timeout=10) as http:
         role, content, temperature = (
             _openai_error(http.post("/chat/completions", json={"model": "gpt-4o-mini", **fields}))["message"]
             for fields, _, _ in REFUSED[:3]
@@ -81,7 +81,7 @@ def test_what_openai_accepts_the_stand_in_accepts(upstream: tuple[ScriptedUpstre
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         ],
     }  # fmt: skip
-    with httpx.Client(base_url=upstream[1], timeout=10) as http:
+    with http_client(base_url=upstream[1], timeout=10) as http:
         answer = http.post("/chat/completions", json=body)
     assert answer.status_code == 200, answer.text
     assert len(answer.json()["choices"]) == 2

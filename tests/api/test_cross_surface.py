@@ -6,11 +6,10 @@ and the next conversation — on a different API surface — is answered with th
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from tests.support.memory_flow import chat, unique, wait_job
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_client
 from tests.support.surfaces import anthropic_client, stream_natively
 
 
@@ -67,7 +66,7 @@ def test_a_fact_told_through_one_surface_is_recalled_through_another(proxy: Prox
     wait_job(proxy.url, job_id)
     answer = ask(proxy, user, f"Do you know where I live? Is it {city}?")
     assert f"User lives in {city}" in answer
-    with httpx.Client(base_url=proxy.url, timeout=10) as http:  # the memory sits in the user's scope
+    with http_client(base_url=proxy.url, timeout=10) as http:  # the memory sits in the user's scope
         found = http.get("/v1/memories", params={"user_id": user},
                          headers={"Authorization": "Bearer sk-test-user-a"}).json()["data"]  # fmt: skip
     assert {m["text"] for m in found} == {"User's name is Ana", f"User lives in {city}"}

@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
 from memproxy.config import ConfigError, EmbeddingSettings, UpstreamSettings
 from memproxy.index.embedder import OnnxEmbedder, make_embedder
 from memproxy.index.embedders.onnx import BUILTIN, DEFAULT_MODEL, MANIFEST
-from tests.support.proxy import proxy_settings, start_proxy
+from tests.support.proxy import http_client, proxy_settings, start_proxy
 
 BUILTIN_DIR = BUILTIN[DEFAULT_MODEL]
 
@@ -141,7 +140,7 @@ def test_readiness_waits_for_the_embedder_to_load(tmp_path: Path, upstream: tupl
         target=lambda: tokenizer.write_bytes((BUILTIN_DIR / "tokenizer.json").read_bytes())
     )
     try:
-        with httpx.Client(base_url=proxy.url, timeout=10) as http:
+        with http_client(base_url=proxy.url, timeout=10) as http:
             waiting = http.get("/readyz")
             assert waiting.status_code == 503
             assert "slow-to-load" in waiting.text and "loading" in waiting.text

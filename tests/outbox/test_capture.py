@@ -11,13 +11,12 @@ import sqlite3
 import time
 from collections.abc import Iterator
 
-import httpx
 import psycopg
 import pytest
 
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, ScriptedUpstream
 from tests.support.memory_flow import DB_NAME, TOKEN, captured, chat, job, query, say, unique, wait_until
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_client
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
@@ -125,7 +124,7 @@ def test_client_abort_mid_stream_is_not_captured(proxy: Proxy, fake: ScriptedUps
         "stream": True,
         "messages": [{"role": "user", "content": text + " " + "word " * 40}],
     }
-    with httpx.Client(base_url=proxy.url, timeout=30) as http:
+    with http_client(base_url=proxy.url, timeout=30) as http:
         with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
             job_id = response.headers["x-memproxy-capture"]
             lines = response.iter_lines()

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from memproxy.outbox.dates import resolve
@@ -20,7 +19,7 @@ from memproxy.testing.scripted_extractor import rule_extractor
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.outbox.samples import sample
 from tests.support.memory_flow import memories, say, unique, wait_job
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_get
 
 
 @pytest.fixture
@@ -47,13 +46,13 @@ def answering(marker: str, answer: Callable[[dict[str, Any]], str]) -> Callable[
 
 
 def refusals(proxy: Proxy, reason: str, source: str = "extracted") -> float:
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    text = http_get(proxy.url + "/metrics", timeout=10).text
     line = f'memproxy_memory_refusals_total{{reason="{reason}",source="{source}"}}'
     return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
 
 
 def counter(proxy: Proxy, name: str) -> float:
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    text = http_get(proxy.url + "/metrics", timeout=10).text
     return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(name + " "))
 
 

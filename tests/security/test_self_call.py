@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
-import httpx
 import pytest
 
 from memproxy.api.app import create_app
@@ -24,7 +23,7 @@ from memproxy.testing.background_server import BackgroundServer
 from tests.security.routing import CALLER_KEY, OPERATOR_KEY, assert_refused, attack
 from tests.security.sandbox import loopback_only
 from tests.support.memory_flow import wait_until
-from tests.support.proxy import KEYS, proxy_settings
+from tests.support.proxy import KEYS, http_client, http_get, proxy_settings
 
 STACKED = "llamafile/" * 25 + "x"
 SURFACES = ["chat", "chat-stream", "responses", "messages", "embeddings"]
@@ -60,7 +59,7 @@ def server(
 
 def proxied_requests(url: str) -> float:
     """Requests memproxy has answered on the proxy surfaces (its ``/metrics``)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
+    text = http_get(url + "/metrics", timeout=10).text
     return sum(float(n) for labels, n in _REQUESTS.findall(text) if 'route="/v1/' in labels)
 
 
@@ -70,7 +69,7 @@ def test_a_model_routed_to_memproxy_itself_is_refused_without_a_call(
 ) -> None:
     url, token = server
     before = proxied_requests(url)
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+    with http_client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         response = attack(http, surface, STACKED)
     message = assert_refused(response, surface)
     assert "itself" in message or "machine or network" in message, message

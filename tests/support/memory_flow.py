@@ -15,7 +15,7 @@ import httpx
 import psycopg
 
 from memproxy.storage.engine import to_pyformat
-from tests.support.proxy import Proxy
+from tests.support.proxy import Proxy, http_client
 
 T = TypeVar("T")
 TOKEN = "sk-test-user-a"
@@ -56,7 +56,7 @@ def chat(
     if session is not None:
         sent["X-Memproxy-Session-Id"] = session
     body = {"model": model, "messages": messages, "stream": stream, **extra}
-    with httpx.Client(base_url=base_url, timeout=30) as http:
+    with http_client(base_url=base_url, timeout=30) as http:
         response = http.post("/v1/chat/completions", json=body, headers=sent)
     if not stream or response.status_code != 200:
         data = response.json()
@@ -107,7 +107,7 @@ def wait_until(predicate: Callable[[], T | None], timeout: float = 15.0, interva
 
 
 def job(base_url: str, job_id: str, token: str = TOKEN) -> dict[str, Any] | None:
-    with httpx.Client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
+    with http_client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
         response = http.get(f"/v1/jobs/{job_id}")
     return response.json() if response.status_code == 200 else None
 
@@ -122,7 +122,7 @@ def wait_job(base_url: str, job_id: str, status: str = "done", timeout: float = 
 
 
 def memories(base_url: str, user: str, token: str = TOKEN) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
+    with http_client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
         response = http.get("/v1/memories", params={"user_id": user, "limit": 1000})
     assert response.status_code == 200, response.text
     data: list[dict[str, Any]] = response.json()["data"]
@@ -130,7 +130,7 @@ def memories(base_url: str, user: str, token: str = TOKEN) -> list[dict[str, Any
 
 
 def search(base_url: str, user: str, text: str, token: str = TOKEN) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
+    with http_client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
         response = http.post("/v1/memories/search", json={"query": text, "user_id": user})
     assert response.status_code == 200, response.text
     data: list[dict[str, Any]] = response.json()["data"]

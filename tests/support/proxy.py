@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from memproxy.api.app import create_app
 from memproxy.api.uvicorn_server import capped_http_protocol
 from memproxy.config import Settings, settings_from_dict
 from memproxy.testing.background_server import BackgroundServer
+
+# A client's default TLS context costs ~25 ms to build (it loads the CA bundle), more than most
+# requests here take; every test speaks plain HTTP on 127.0.0.1, so one context serves them all.
+# Build clients with ``verify=TLS`` (``http_client``, ``openai_client``, ``anthropic_client``).
+TLS = ssl.create_default_context()
 
 KEYS = [
     {"key": "mp-key-alpha-000000000001", "tenant": "alpha"},
@@ -31,14 +37,42 @@ class Proxy:
         return self.url + "/v1"
 
     def client(self, token: str = "sk-test-user-a", **headers: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.v1, api_key=token, default_headers=headers, max_retries=0)
+        return openai_client(self.v1, token, **headers)
 
     def async_client(self, token: str = "sk-test-user-a", **headers: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.v1, api_key=token, default_headers=headers, max_retries=0)
+        return openai.AsyncOpenAI(
+            base_url=self.v1,
+            api_key=token,
+            default_headers=headers,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
+        )
 
     def http(self, token: str | None = "sk-test-user-a") -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return http_client(base_url=self.url, headers=headers, timeout=30)
+
+
+def http_client(**options: Any) -> httpx.Client:
+    """``httpx.Client(**options)`` with the shared TLS context."""
+    return httpx.Client(verify=TLS, **options)
+
+
+def http_get(url: str, **options: Any) -> httpx.Response:
+    """``httpx.get`` with the shared TLS context."""
+    with http_client() as http:
+        return http.get(url, **options)
+
+
+def openai_client(base_url: str, token: str, **headers: str) -> openai.OpenAI:
+    """The real OpenAI SDK (its default HTTP client, the shared TLS context), no retries."""
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=token,
+        default_headers=headers,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=TLS),
+    )
 
 
 def proxy_settings(upstream_url: str, data_dir: Path, **sections: dict[str, Any]) -> Settings:

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, Recorded, ScriptedUpstream, is_extraction
-from tests.support.proxy import Proxy
+from tests.support.proxy import TLS, Proxy
 
 TOKEN = "sk-test-user-a"
 # The scripted upstream's behaviour models. LiteLLM fakes the stream of a Responses call to a
@@ -28,7 +28,13 @@ def stream_natively(models: tuple[str, ...] = SCRIPTED_MODELS) -> None:
 
 def anthropic_client(proxy: Proxy, token: str = TOKEN, **headers: str) -> anthropic.Anthropic:
     """The real Anthropic SDK pointed at memproxy; it sends ``token`` as ``x-api-key``."""
-    return anthropic.Anthropic(base_url=proxy.url, api_key=token, default_headers=headers, max_retries=0)
+    return anthropic.Anthropic(
+        base_url=proxy.url,
+        api_key=token,
+        default_headers=headers,
+        max_retries=0,
+        http_client=anthropic.DefaultHttpxClient(verify=TLS),
+    )
 
 
 def remember(proxy: Proxy, text: str, user_id: str, token: str = TOKEN) -> None:

@@ -12,13 +12,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from memproxy.config import settings_from_dict
 from memproxy.upstream.model_access import memory_credential_gaps
 from tests.support.memory_flow import wait_until
-from tests.support.proxy import start_proxy
+from tests.support.proxy import http_get, start_proxy
 
 
 def _settings(**sections: dict[str, Any]) -> Any:
@@ -64,7 +63,7 @@ def test_readyz_says_memory_is_degraded_and_the_job_names_the_setting(
     try:
         assert any("MEMORY DEGRADED" in r.getMessage() and "OPENAI_API_KEY" in r.getMessage()
                    for r in caplog.records)  # fmt: skip
-        ready = httpx.get(proxy.url + "/readyz", timeout=10)
+        ready = http_get(proxy.url + "/readyz", timeout=10)
         assert ready.status_code == 200  # the proxy itself serves; memory is what is degraded
         memory = ready.json()["memory"]
         assert memory["status"] == "degraded"
@@ -85,7 +84,7 @@ def test_readyz_says_memory_ok_when_credentials_are_there(tmp_path: Path) -> Non
     settings = _settings(storage={"data_dir": str(tmp_path)}, upstream={"api_key": "sk-server"})
     server, proxy = start_proxy(settings)
     try:
-        assert httpx.get(proxy.url + "/readyz", timeout=10).json() == {
+        assert http_get(proxy.url + "/readyz", timeout=10).json() == {
             "status": "ready",
             "memory": {"status": "ok"},
         }
