@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 from memproxy.errors import ApiError
@@ -47,7 +47,7 @@ class EventSource(Protocol):
 
 async def relay(
     source: EventSource, capture: StreamCapture | None, error_frame: ErrorFrame
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     last = b""
     try:
         async for piece in source.pieces():
