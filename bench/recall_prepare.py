@@ -1,4 +1,4 @@
-"""What recall itself costs per chat request: ``Recaller.prepare`` with N memories in scope.
+"""What recall itself costs per chat request: ``Recaller.memory_block`` with N memories in scope.
 
     python bench/recall_prepare.py [--memories 10000] [--requests 300] [--embedder onnx|hash]
                                    [--concurrency 1 32] [--variants batched unbatched ...]

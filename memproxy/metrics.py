@@ -46,7 +46,7 @@ _STAGE_BUCKETS = (
     1.0,
 )
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# What one chat request's recall spends its time on (``proxy.recall``): the query embedding
+# What one turn's recall (on any API surface) spends its time on (``proxy.recall``): the query embedding
 # (cache lookup, waiting for and running the embedder), the search in the scope (index, change
 # seq, rows from the row cache or the database), fitting the block to the token budget (the
 # model's tokenizer) and placing it in the forwarded body.
@@ -74,13 +74,13 @@ class Metrics:
         )
         self.recall_seconds = Histogram(
             "memproxy_recall_duration_seconds",
-            "Time spent recalling memories for one chat request",
+            "Time spent recalling memories for one turn (any API surface)",
             buckets=_RECALL_BUCKETS,
             registry=r,
         )
         self.recall_stage_seconds = Histogram(
             "memproxy_recall_stage_duration_seconds",
-            "Time one chat request's recall spent in each stage: embed (the query embedding, "
+            "Time one turn's recall spent in each stage: embed (the query embedding, "
             "cache lookup and queueing included), search (index, change seq and rows), budget "
             "(fitting the block with the model's tokenizer), placement (into the forwarded body)",
             ["stage"],
@@ -105,7 +105,7 @@ class Metrics:
             self.query_embeddings.labels(result)
         self.upstream_seconds = Histogram(
             "memproxy_upstream_duration_seconds",
-            "Upstream chat call: the whole answer, or until the stream opened when streaming; "
+            "Upstream call of a turn (any API surface): the whole answer, or until the stream opened when streaming; "
             "path: fast (relayed byte for byte) or litellm (LiteLLM's translation)",
             ["streamed", "path"],
             buckets=_LATENCY_BUCKETS,
@@ -113,18 +113,18 @@ class Metrics:
         )
         self.recalled = Histogram(
             "memproxy_recalled_memories",
-            "Memories injected into one chat request",
+            "Memories injected into one turn (any API surface)",
             buckets=_COUNT_BUCKETS,
             registry=r,
         )
         self.capture_failures = Counter(
             "memproxy_capture_failures",
-            "Chat turns that should have been captured but could not be queued",
+            "Turns that should have been captured but could not be queued",
             registry=r,
         )
         self.capture_spooled = Counter(
             "memproxy_capture_spooled",
-            "Chat turns spooled to local disk because the database was unreachable",
+            "Turns spooled to local disk because the database was unreachable",
             registry=r,
         )
         self.spool_pending = Gauge(
@@ -132,7 +132,7 @@ class Metrics:
         )
         self.recall_failures = Counter(
             "memproxy_recall_failures",
-            "Chat requests whose recall failed open (embedding/search error or timeout)",
+            "Turns whose recall failed open (embedding/search error or timeout)",
             registry=r,
         )
         self.jobs = Gauge("memproxy_jobs", "Outbox jobs by status", ["status"], registry=r)

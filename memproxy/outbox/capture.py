@@ -7,7 +7,8 @@ developer messages, the caller's and memproxy's injected ``<memories>`` message 
 are never captured.
 
 Invariants:
-- A turn's messages and its job row commit in one SQLite transaction (``outbox.enqueue``).
+- A turn's messages and its job row commit in one database transaction (``outbox.enqueue``, on
+  SQLite and Postgres alike).
 - The job id is chosen before the upstream call, so a streamed response's headers can
   carry it; the job row only exists once the completion succeeded: non-streamed before
   the response is returned, streamed when the upstream stream finished with a
