@@ -94,6 +94,8 @@ def test_serve_refuses_bad_config_with_exit_code_2(tmp_path: Path) -> None:
     assert "upstream.timeout_s" in result.stderr
 
 
+# Slow tier: four subprocesses (each imports memproxy and tries a connection).
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "worker"])
 def test_unreachable_database_is_exit_code_2_naming_the_key(
     tmp_path: Path, command: str, pg_server: PostgresServer

@@ -230,6 +230,8 @@ def test_upstream_errors_pass_through(proxy: Proxy, status: int, exc: type[Excep
     assert err.value.body["code"] == f"scripted_{status}"  # type: ignore[attr-defined]
 
 
+# Slow tier: each variant waits out the session server's upstream.timeout_s (3 s).
+@pytest.mark.slow
 def test_upstream_timeout_is_504(proxy: Proxy) -> None:
     started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as err:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from memproxy.config import EmbeddingSettings, UpstreamSettings
 from memproxy.index.embedder import HashEmbedder, LiteLLMEmbedder, LocalEmbedder, make_embedder
@@ -22,6 +23,7 @@ def test_hash_vectors_are_unit_float32_rows() -> None:
     assert norms[2] == 0.0  # empty text has no features
 
 
+@pytest.mark.slow  # a subprocess (~1 s)
 def test_hash_is_deterministic_across_processes() -> None:
     code = "from memproxy.index.embedder import HashEmbedder; print(HashEmbedder(64).embed_sync(['Stable text'])[0].tolist())"
     outputs = {

@@ -76,6 +76,8 @@ class StreamReader(threading.Thread):
             self.ended.set()
 
 
+# Slow tier: it holds the lock for BUSY_TIMEOUT_MS + 1 s (6 s) by design.
+@pytest.mark.slow
 def test_a_streamed_turn_is_captured_after_a_lock_held_past_busy_timeout(proxy: Proxy) -> None:
     locker = sqlite3.connect(proxy.data_dir / DB_NAME, isolation_level=None, timeout=30)
     try:
