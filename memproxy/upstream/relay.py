@@ -188,8 +188,9 @@ class ProviderStream:
             if not self._watch:
                 yield Piece(events, [])
                 continue
-            lines = [(offset, payload) for offset, payload in data_lines(events) if payload != DONE]
-            start = None if finished else self._final_start(events)
+            found = data_lines(events)
+            start = None if finished else self._final_start(events, found)
+            lines = [(offset, payload) for offset, payload in found if payload != DONE]
             if start is None:
                 yield Piece(events, [payload for _, payload in lines])
                 continue
@@ -201,8 +202,8 @@ class ProviderStream:
             yield Piece(pending, [])
         self.reply.release()
 
-    def _final_start(self, events: bytes) -> int | None:
-        for offset, payload in data_lines(events):
+    def _final_start(self, events: bytes, lines: list[tuple[int, bytes]]) -> int | None:
+        for offset, payload in lines:
             if self._is_final(payload):
                 return event_start(events, offset)
         return None
