@@ -28,10 +28,16 @@ from memproxy.upstream.provider import Upstream
 
 # ``async def`` on purpose: FastAPI runs a plain ``def`` dependency on a worker thread,
 # and these do no blocking work, so two thread hops per request would be pure latency.
-async def get_services(request: Request) -> Services:
-    services: Services | None = getattr(request.app.state, "services", None)
-    if services is None:
+def running_part(request: Request, name: str) -> Any:
+    """``app.state.<name>``, set once the lifespan has started it; 503 ``not_ready`` before."""
+    part = getattr(request.app.state, name, None)
+    if part is None:
         raise ApiError(503, "memproxy is starting up", code="not_ready")
+    return part
+
+
+async def get_services(request: Request) -> Services:
+    services: Services = running_part(request, "services")
     return services
 
 

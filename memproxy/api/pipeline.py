@@ -27,12 +27,12 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import parse_json_object, read_bytes
+from memproxy.api.deps import running_part
 from memproxy.api.event_stream import EventStream
 from memproxy.api.stream_relay import relay
 from memproxy.api.surface import Outgoing, Providers, Streamed, Surface, Transport, Whole
 from memproxy.auth import Authenticator
 from memproxy.config import Settings
-from memproxy.errors import ApiError
 from memproxy.metrics import Metrics
 from memproxy.outbox.capture import OFF as CAPTURE_OFF
 from memproxy.outbox.capture import Capture, PlannedCapture, StreamCapture
@@ -73,9 +73,7 @@ class Pipeline:
 
 async def get_pipeline(request: Request) -> Pipeline:
     # ``async def``, as every dependency in ``deps``: no thread hop.
-    pipeline: Pipeline | None = getattr(request.app.state, "pipeline", None)
-    if pipeline is None:
-        raise ApiError(503, "memproxy is starting up", code="not_ready")
+    pipeline: Pipeline = running_part(request, "pipeline")
     return pipeline
 
 

@@ -54,11 +54,7 @@ class SurfaceUpstream:
 
     async def create_response(self, body: dict[str, Any], credential: Credential | None) -> Any:
         """A ``ResponsesAPIResponse``, or an async iterator of typed events when streaming."""
-        kwargs = self._upstream.route(str(body["model"]), credential)
-        kwargs.update({k: v for k, v in body.items() if k in RESPONSES_PARAMS})
-        extra = {k: v for k, v in body.items() if k not in RESPONSES_PARAMS and k != "model"}
-        if extra:
-            kwargs["extra_body"] = extra
+        kwargs = call_arguments(self._upstream, body, credential, RESPONSES_PARAMS)
         try:
             return await self._litellm.aresponses(**kwargs)
         except Exception as exc:
@@ -116,6 +112,19 @@ class SurfaceUpstream:
             return await self._litellm.anthropic_messages(**kwargs)
         except Exception as exc:
             raise provider_error(exc) from exc
+
+
+def call_arguments(
+    upstream: Upstream, body: dict[str, Any], credential: Credential | None, params: frozenset[str]
+) -> dict[str, Any]:
+    """A LiteLLM call's arguments for ``body``: the route (``Upstream.route``), the fields LiteLLM
+    takes as arguments (``params``), and every other field in ``extra_body``, sent verbatim."""
+    kwargs = upstream.route(str(body["model"]), credential)
+    kwargs.update({k: v for k, v in body.items() if k in params})
+    extra = {k: v for k, v in body.items() if k not in params and k != "model"}
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
 
 
 def provider_error(exc: Exception) -> ApiError:

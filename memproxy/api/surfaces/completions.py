@@ -24,6 +24,7 @@ from memproxy.errors import ApiError
 from memproxy.proxy.placement import Placement
 from memproxy.proxy.recall import QUERY_MAX_CHARS
 from memproxy.upstream.provider import to_api_error
+from memproxy.upstream.surfaces import call_arguments
 from memproxy.wire.message_text import clip_text
 from memproxy.wire.sse import DONE_FRAME, Piece, data_frame
 
@@ -133,13 +134,10 @@ class CompletionsSurface(Surface):
         upstream = providers.litellm
 
         async def call(forwarded: dict[str, Any]) -> Any:
-            kwargs = upstream.route(str(forwarded["model"]), credential)
-            kwargs.update({k: v for k, v in forwarded.items() if k in PARAMS})
-            extra = {k: v for k, v in forwarded.items() if k not in PARAMS and k != "model"}
-            if extra:
-                kwargs["extra_body"] = extra
             try:
-                return await upstream.litellm.atext_completion(**kwargs)
+                return await upstream.litellm.atext_completion(
+                    **call_arguments(upstream, forwarded, credential, PARAMS)
+                )
             except Exception as exc:
                 raise to_api_error(exc) from exc
 

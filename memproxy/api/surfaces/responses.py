@@ -146,21 +146,24 @@ SURFACE = ResponsesSurface()
 @router.get("/v1/responses/{response_id}")
 @router.get("/responses/{response_id}")
 async def get_response(response_id: str, credential: CredentialDep, parts: PipelineDep) -> Response:
-    route = parts.providers.fast_paths.stored_route(credential)
-    if route is not None and not litellm_id(response_id):
-        return await _fast_stored(parts, route, "GET", response_id)
-    return JSONResponse(clean(await parts.providers.litellm_surfaces.get_response(response_id, credential)))
+    return await _stored(parts, credential, "GET", response_id)
 
 
 @router.delete("/v1/responses/{response_id}")
 @router.delete("/responses/{response_id}")
 async def delete_response(response_id: str, credential: CredentialDep, parts: PipelineDep) -> Response:
+    return await _stored(parts, credential, "DELETE", response_id)
+
+
+async def _stored(parts: Pipeline, credential: Credential, method: str, response_id: str) -> Response:
+    """A stored response, fetched or deleted where it lives: at the provider itself, or through
+    LiteLLM for the ids LiteLLM handed out."""
     route = parts.providers.fast_paths.stored_route(credential)
     if route is not None and not litellm_id(response_id):
-        return await _fast_stored(parts, route, "DELETE", response_id)
-    return JSONResponse(
-        clean(await parts.providers.litellm_surfaces.delete_response(response_id, credential))
-    )
+        return await _fast_stored(parts, route, method, response_id)
+    litellm = parts.providers.litellm_surfaces
+    call = litellm.get_response if method == "GET" else litellm.delete_response
+    return JSONResponse(clean(await call(response_id, credential)))
 
 
 async def _fast_stored(parts: Pipeline, route: FastRoute, method: str, response_id: str) -> Response:
