@@ -274,22 +274,14 @@ class ScriptedUpstream:
             "created": int(time.time()),
             "model": model,
         }
-        try:
-            for i, delta in enumerate(_deltas(content, tool_calls)):
-                if "drop" in model and i == 2:
-                    raise ConnectionAbortedError("scripted drop")
-                if "slow" in model and i:
-                    await asyncio.sleep(0.05)
-                yield _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-            finish = "tool_calls" if tool_calls else "stop"
-            yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-            if (body.get("stream_options") or {}).get("include_usage"):
-                yield _sse({**base, "choices": [], "usage": _usage(body, content)})
-            yield b"data: [DONE]\n\n"
-            self.completed_streams += 1
-        except (asyncio.CancelledError, GeneratorExit):
-            self.cancelled_streams += 1
-            raise
+        chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                  for delta in _deltas(content, tool_calls)]  # fmt: skip
+        finish = "tool_calls" if tool_calls else "stop"
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "choices": [], "usage": _usage(body, content)})
+        async for event in self._data_events(chunks, model):
+            yield event
 
 
 async def typed_sse(
