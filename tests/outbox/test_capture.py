@@ -7,15 +7,26 @@ from the proxy's SQLite file.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from memproxy.testing.scripted_upstream import MEMORY_MARKER, ScriptedUpstream
-from tests.support.memory_flow import DB_NAME, TOKEN, captured, chat, job, query, say, unique, wait_until
+from tests.support.memory_flow import (
+    DB_NAME,
+    TOKEN,
+    captured,
+    chat,
+    job,
+    query,
+    request_ended,
+    say,
+    unique,
+    wait_until,
+)
 from tests.support.proxy import Proxy, http_client
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -106,19 +117,25 @@ def test_system_messages_and_injected_memories_are_never_captured(
 
 
 @pytest.mark.parametrize(("model", "stream"), [("fail-500", False), ("fail-500", True), ("drop", True)])
-def test_failed_completions_are_not_captured(proxy: Proxy, model: str, stream: bool) -> None:
-    text = unique("doomed")
-    turn = say(proxy, text, user=unique("u"), model=model, stream=stream)
+def test_failed_completions_are_not_captured(
+    proxy: Proxy, model: str, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memproxy.access")
+    text, rid = unique("doomed"), unique("req")
+    turn = say(proxy, text, user=unique("u"), model=model, stream=stream, headers={"X-Request-Id": rid})
     assert turn.status == (200 if model == "drop" else 500)
-    time.sleep(0.2)
+    request_ended(caplog.records, rid)  # the request is over: a capture would be written by now
     assert rows_mentioning(proxy, text) == []
     if turn.job_id:
         assert job(proxy.url, turn.job_id) is None
 
 
-def test_client_abort_mid_stream_is_not_captured(proxy: Proxy, fake: ScriptedUpstream) -> None:
-    text = unique("abandoned")
-    headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": unique("u")}
+def test_client_abort_mid_stream_is_not_captured(
+    proxy: Proxy, fake: ScriptedUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memproxy.access")
+    text, rid = unique("abandoned"), unique("req")
+    headers = {"Authorization": f"Bearer {TOKEN}", "X-Memproxy-User-Id": unique("u"), "X-Request-Id": rid}
     body = {
         "model": "slow",
         "stream": True,
@@ -130,7 +147,7 @@ def test_client_abort_mid_stream_is_not_captured(proxy: Proxy, fake: ScriptedUps
             lines = response.iter_lines()
             next(lines)
             next(lines)
-    time.sleep(0.5)
+    request_ended(caplog.records, rid)  # the server saw the client go and ended the request
     assert job_id.startswith("job_")
     assert rows_mentioning(proxy, text) == [] and job(proxy.url, job_id) is None
 

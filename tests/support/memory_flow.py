@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -95,7 +96,7 @@ def captured(where: Proxy | Path, job_id: str) -> list[dict[str, Any]]:
     return [json.loads(r[0]) for r in rows]
 
 
-def wait_until(predicate: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.05) -> T:
+def wait_until(predicate: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.02) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -104,6 +105,22 @@ def wait_until(predicate: Callable[[], T | None], timeout: float = 15.0, interva
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def request_ended(records: list[logging.LogRecord], request_id: str, timeout: float = 15.0) -> str:
+    """Wait for the access-log line of ``request_id`` (an ``X-Request-Id`` the test sent) and
+    return it. The line is written when the request has ended (answer sent, failed, or its
+    client gone), after whatever the request itself stores: the event a negative check of
+    what a request left behind waits on. ``records``: ``caplog.records``, with
+    ``memproxy.access`` at INFO."""
+
+    def logged() -> str | None:
+        for record in list(records):
+            if record.name == "memproxy.access" and f"request_id={request_id} " in record.getMessage() + " ":
+                return record.getMessage()
+        return None
+
+    return wait_until(logged, timeout, interval=0.01)
 
 
 def job(base_url: str, job_id: str, token: str = TOKEN) -> dict[str, Any] | None:
