@@ -100,10 +100,12 @@ _ANTHROPIC_TYPES = frozenset({*_ANTHROPIC_TYPE_BY_STATUS.values(), "api_error"})
 
 def anthropic_error_body(error: ApiError) -> dict[str, Any]:
     """``error`` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
-    kind = error.type if error.type in _ANTHROPIC_TYPES else None
+    # A type chosen for this error wins; the default type of its status (an OpenAI name) does not.
+    chosen = error.type in _ANTHROPIC_TYPES and error.type != error_type_for(error.status)
     kind = (
-        kind
+        (error.type if chosen else None)
         or _ANTHROPIC_TYPE_BY_STATUS.get(error.status)
+        or (error.type if error.type in _ANTHROPIC_TYPES else None)
         or ("api_error" if error.status >= 500 else "invalid_request_error")
     )
     return {"type": "error", "error": {"type": kind, "message": error.message}}

@@ -92,12 +92,6 @@ def test_anthropics_shape_uses_only_anthropics_types(error: ApiError, kind: str)
     assert anthropic_error_body(error) == {"type": "error", "error": {"type": kind, "message": "m"}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: anthropic_error_body keeps the error's default OpenAI type when Anthropic knows it too, "
-    "so a 413 (or 402) is invalid_request_error and the status table's request_too_large (billing_error) "
-    "is never used (memproxy/errors.py:104)",
-)
 @pytest.mark.parametrize(("status", "kind"), [(413, "request_too_large"), (402, "billing_error")])
 def test_a_status_anthropic_names_gets_anthropics_type(status: int, kind: str) -> None:
     assert anthropic_error_body(ApiError(status, "m"))["error"]["type"] == kind

@@ -97,13 +97,21 @@ def _parse(data: bytes | mmap.mmap) -> _Parsed:
         raise SnapshotError(f"unknown snapshot format {header.get('format')!r}")
     arrays: Arrays = {}
     for entry in manifest:
-        dtype = np.dtype(entry["dtype"])
-        offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
-        if dtype.hasobject or offset < 0 or offset + nbytes > len(payload) or nbytes % max(dtype.itemsize, 1):
-            raise SnapshotError(f"bad array entry {entry.get('name')!r}")
-        flat = np.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
-        arrays[str(entry["name"])] = flat.reshape(entry["shape"])
+        # A damaged entry (its checksum is verified later) is refused, never raised as what numpy says.
+        try:
+            arrays[str(entry["name"])] = _array(entry, payload)
+        except (KeyError, TypeError, ValueError, SyntaxError, AttributeError):
+            raise SnapshotError("bad array entry") from None
     return _Parsed(header, arrays, head, payload, bytes(view[head_end + 1 : digest_end]))
+
+
+def _array(entry: dict[str, Any], payload: memoryview) -> npt.NDArray[Any]:
+    dtype = np.dtype(entry["dtype"])
+    offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+    if dtype.hasobject or offset < 0 or offset + nbytes > len(payload) or nbytes % max(dtype.itemsize, 1):
+        raise SnapshotError(f"bad array entry {entry.get('name')!r}")
+    flat = np.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+    return flat.reshape(entry["shape"])
 
 
 def read_seq(path: Path) -> int | None:

@@ -89,7 +89,8 @@ class SSEParser:
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any]]]:
-        self._buffer += chunk.replace(b"\r\n", b"\n")
+        # Normalised on the whole buffer: a CRLF may be split between two chunks.
+        self._buffer = (self._buffer + chunk).replace(b"\r\n", b"\n")
         frames: list[tuple[bytes, dict[str, Any]]] = []
         while b"\n\n" in self._buffer:
             raw, self._buffer = self._buffer.split(b"\n\n", 1)

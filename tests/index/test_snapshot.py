@@ -72,13 +72,6 @@ def test_any_flipped_byte_of_the_digest_or_payload_is_detected() -> None:
             decode(bytes(damaged))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _parse reads the manifest before the checksum is verified and lets KeyError/TypeError/"
-    "SyntaxError out of a damaged entry (memproxy/index/snapshot.py:99-105); IndexManager._load catches "
-    "neither TypeError nor SyntaxError (memproxy/index/manager.py:305), so the scope fails instead of "
-    "being rebuilt",
-)
 @pytest.mark.parametrize(
     ("good", "bad"), [(b'"dtype"', b'"dtypd"'), (b'"<i8"', b'"<h8"'), (b'"<i8"', b'"<i("')]
 )

@@ -61,11 +61,6 @@ def test_the_parser_reads_crlf_multiline_data_and_non_json_as_empty() -> None:
     assert frames[0][0] == b'data: {"a":\ndata: 1}\n\n'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SSEParser.feed normalises CRLF per chunk, so a CRLF blank line split across two "
-    "chunks is never seen and the event merges with the next one (memproxy/wire/sse.py:92)",
-)
 def test_the_parser_finds_a_crlf_blank_line_split_across_chunks() -> None:
     parser = SSEParser()
     frames = parser.feed(b'data: {"a": 1}\r\n\r') + parser.feed(b'\ndata: {"b": 2}\r\n\r\n')
