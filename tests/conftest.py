@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from memproxy.config import Settings
 from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.postgres import PostgresServer, start_server
-from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
+from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy, stop_together
 from tests.support.storage_env import Storage
 
-ENGINES = ["sqlite", "postgres"]
+# The Postgres variant of an engine-parametrized test is slow tier (CI runs every one): the quick
+# tier runs on SQLite, but for one real-HTTP test on Postgres (tests/api/test_memories.py:
+# forget leaves no trace), which keeps the Postgres store in the inner loop.
+ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="session")
@@ -52,13 +56,27 @@ def fake(upstream: tuple[ScriptedUpstream, str]) -> ScriptedUpstream:
 
 
 @pytest.fixture(scope="session")
-def sqlite_proxy(
-    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
-    settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("passthrough"))
+def session_servers(upstream: tuple[ScriptedUpstream, str]) -> Iterator[list[BackgroundServer]]:
+    """The session's memproxy servers on SQLite, stopped together at the end (before the
+    upstream they use): each stop takes uvicorn's ~0.2 s shutdown."""
+    servers: list[BackgroundServer] = []
+    yield servers
+    stop_together(servers)
+
+
+def session_proxy(servers: list[BackgroundServer], settings: Settings) -> Proxy:
     server, handle = start_proxy(settings)
-    yield handle
-    server.stop()
+    servers.append(server)
+    return handle
+
+
+@pytest.fixture(scope="session")
+def sqlite_proxy(
+    session_servers: list[BackgroundServer],
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Proxy:
+    return session_proxy(session_servers, proxy_settings(upstream[1], tmp_path_factory.mktemp("passthrough")))
 
 
 @pytest.fixture(scope="session")
@@ -76,17 +94,17 @@ def keys_proxy(fast_keys_proxy: Proxy) -> Proxy:
 
 @pytest.fixture(scope="session")
 def fast_keys_proxy(
-    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
+    session_servers: list[BackgroundServer],
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Proxy:
     settings = proxy_settings(
         upstream[1],
         tmp_path_factory.mktemp("keys"),
         auth={"mode": "keys", "keys": KEYS},
         upstream={"api_key": "sk-server-provider-key"},
     )
-    server, handle = start_proxy(settings)
-    yield handle
-    server.stop()
+    return session_proxy(session_servers, settings)
 
 
 @pytest.fixture(scope="session")
@@ -123,25 +141,25 @@ def fast_proxy(sqlite_proxy: Proxy) -> Proxy:
 
 @pytest.fixture(scope="session")
 def litellm_proxy(
-    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
+    session_servers: list[BackgroundServer],
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Proxy:
     """``upstream.fast_path: off``: every chat request goes through LiteLLM."""
     settings = proxy_settings(upstream[1], tmp_path_factory.mktemp("litellm"), upstream={"fast_path": "off"})
-    server, handle = start_proxy(settings)
-    yield handle
-    server.stop()
+    return session_proxy(session_servers, settings)
 
 
 @pytest.fixture(scope="session")
 def litellm_keys_proxy(
-    upstream: tuple[ScriptedUpstream, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
+    session_servers: list[BackgroundServer],
+    upstream: tuple[ScriptedUpstream, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Proxy:
     settings = proxy_settings(
         upstream[1],
         tmp_path_factory.mktemp("keys-litellm"),
         auth={"mode": "keys", "keys": KEYS},
         upstream={"api_key": "sk-server-provider-key", "fast_path": "off"},
     )
-    server, handle = start_proxy(settings)
-    yield handle
-    server.stop()
+    return session_proxy(session_servers, settings)

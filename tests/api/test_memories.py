@@ -306,6 +306,7 @@ def test_fixed_routes_are_not_captured_by_the_id_route(http: httpx.Client) -> No
 # --- expiry -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits 2 s for a memory to expire
 def test_expired_memory_is_invisible_to_every_reader(http: httpx.Client) -> None:
     user = uid()
     add(http, "Keeps a pet iguana called Rex", user_id=user)

@@ -22,13 +22,6 @@ from tests.support.proxy import http_client, proxy_settings, start_proxy
 BUILTIN_DIR = BUILTIN[DEFAULT_MODEL]
 
 
-@pytest.fixture(scope="module")
-def minilm() -> OnnxEmbedder:
-    embedder = OnnxEmbedder()
-    asyncio.run(embedder.load())
-    return embedder
-
-
 def model_dir(tmp_path: Path, **manifest: Any) -> Path:
     """A model directory of our own around the installed model file and the shipped tokenizer."""
     directory = tmp_path / "model"
@@ -101,6 +94,7 @@ def test_query_and_passage_prefixes_are_applied(tmp_path: Path, minilm: OnnxEmbe
     assert embedder.identity != minilm.identity
 
 
+@pytest.mark.slow  # loads two more copies of the model
 def test_cls_pooling_and_measured_floor(tmp_path: Path, minilm: OnnxEmbedder) -> None:
     embedder = OnnxEmbedder(str(model_dir(tmp_path, name="minilm-cls", pooling="cls")))
     asyncio.run(embedder.load())
@@ -127,6 +121,7 @@ def test_unusable_model_directory_is_a_config_error(tmp_path: Path) -> None:
         OnnxEmbedder(str(directory))
 
 
+@pytest.mark.slow  # a server of its own, and a model load held until the test lets it finish
 def test_readiness_waits_for_the_embedder_to_load(tmp_path: Path, upstream: tuple[Any, str]) -> None:
     """The tokenizer file is a pipe: the model cannot finish loading until the test writes it."""
     directory = model_dir(tmp_path, name="slow-to-load")

@@ -32,11 +32,12 @@ from tests.support.proxy import Proxy, http_client
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
-# Both engines on the default (fast) upstream path, and SQLite on the LiteLLM path.
+# Both engines on the default (fast) upstream path, and SQLite on the LiteLLM path; Postgres
+# is slow tier, as ENGINES in tests/conftest.py.
 _PROXIES = {"sqlite": "sqlite_proxy", "postgres": "pg_proxy", "litellm-path": "litellm_proxy"}
 
 
-@pytest.fixture(params=list(_PROXIES))
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow), "litellm-path"])
 def proxy(request: pytest.FixtureRequest) -> Proxy:
     """Every test of this suite runs on both engines (SQLite and Postgres) and both upstream paths."""
     handle: Proxy = request.getfixturevalue(_PROXIES[request.param])

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from memproxy.upstream.egress import LOCAL_DEFAULTS
 from memproxy.upstream.provider import import_litellm
@@ -35,7 +36,7 @@ from tests.security.routing import (
     received,
 )
 from tests.security.sandbox import Trap, loopback_only
-from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
+from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy, stop_together
 
 # Model → the port LiteLLM's default for its provider connects to (all on 127.0.0.1/localhost).
 LOCAL = {
@@ -80,6 +81,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             {"name": "local-llamafile", "litellm_params": {"model": "llamafile/x"}},
         ]
         servers = {}
+        started: list[BackgroundServer] = []
+        stack.callback(stop_together, started)
         configs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             # allow_providers []: the strictest list, so even OpenAI's bare names must be refused.
             ("keys-fast", {"mode": "keys", "keys": KEYS}, {"api_key": OPERATOR_KEY, "allow_providers": []}),
@@ -99,7 +102,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 upstream={"api_base": None, "models": aliases, **upstream},
             )  # fmt: skip
             server, handle = start_proxy(settings)
-            stack.callback(server.stop)
+            started.append(server)
             servers[name] = handle
         yield World(traps, fake, servers)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,13 @@ def start_proxy(settings: Settings) -> tuple[BackgroundServer, Proxy]:
     protocol = capped_http_protocol(settings.server.max_header_bytes)
     server = BackgroundServer(create_app(settings), http=protocol).start()
     return server, Proxy(server.url, settings, settings.storage.data_dir)
+
+
+def stop_together(servers: list[BackgroundServer]) -> None:
+    """Stop ``servers`` at once: each stop waits out uvicorn's shutdown (~0.2 s), so one after
+    another a handful of them took a second."""
+    threads = [threading.Thread(target=server.stop) for server in servers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
