@@ -87,7 +87,7 @@ def surface_router(surface: Surface) -> APIRouter:
     async def create(request: Request, pipeline: PipelineDep) -> Response:
         return await serve_turn(surface, request, pipeline)
 
-    create.__name__ = f"create_{surface.name}"
+    create.__name__ = surface.operation  # the operationId in /openapi.json
     for path in surface.paths:
         router.add_api_route(path, create, methods=["POST"])
     return router
@@ -100,7 +100,9 @@ async def serve_turn(surface: Surface, request: Request, parts: Pipeline) -> Res
     raw = await read_bytes(request, parts.settings.server.max_body_bytes)
     body = parse_json_object(raw)
     surface.validate(body)
-    headers = {k.lower(): v for k, v in request.headers.items()}
+    # Starlette's names are lower-case already; a header sent twice counts once, first value first
+    # (as on every route: ``scope.parse_request_scope``).
+    headers = dict(request.headers)
     request_scope = parse_request_scope(credential.tenant, headers, surface.user_of(body))
     request.state.scope_info = request_scope
     transport = surface.transport(body, credential, parts.providers)
@@ -114,7 +116,7 @@ async def serve_turn(surface: Surface, request: Request, parts: Pipeline) -> Res
         capture = None
         if turn.plan is not None:
             capture = StreamCapture(parts.capture, turn.plan, surface.accumulator())
-        return EventStream(relay(answer.source, capture, surface.error_frame), status_code=answer.status,
+        return EventStream(relay(answer.source, capture, surface.error_frame, surface.name), status_code=answer.status,
                            media_type="text/event-stream",
                            headers={**answer.headers, **turn.headers, **STREAM_HEADERS})  # fmt: skip
     await commit_whole(parts, surface, turn, answer)

@@ -46,9 +46,10 @@ class EventSource(Protocol):
 
 
 async def relay(
-    source: EventSource, capture: StreamCapture | None, error_frame: ErrorFrame
+    source: EventSource, capture: StreamCapture | None, error_frame: ErrorFrame, surface: str = "chat"
 ) -> AsyncGenerator[bytes, None]:
     last = b""
+    ended = False  # the final event went out: the client has the whole answer
     try:
         async for piece in source.pieces():
             if capture is not None:
@@ -56,6 +57,7 @@ async def relay(
                 if piece.final:  # the end of the answer goes out once the turn is captured
                     await capture.finish()
                     capture = None
+            ended = ended or piece.final
             if piece.raw:
                 last = piece.raw
                 yield piece.raw
@@ -65,8 +67,15 @@ async def relay(
         raise
     except Exception as exc:
         error = exc if isinstance(exc, ApiError) else source.error(exc)
-        log.warning("stream failed after it began: %s", error.message)
-        yield error_frame(error, last)
+        if ended:  # after the answer's last event an error event would only confuse the client
+            log.info(
+                "%s stream: the provider's connection failed after the answer ended: %s",
+                surface,
+                error.message,
+            )
+        else:
+            log.warning("%s stream failed after it began: %s", surface, error.message)
+            yield error_frame(error, last)
     finally:
         await source.close()
 

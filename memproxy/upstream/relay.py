@@ -198,8 +198,10 @@ class ProviderStream:
             if start:
                 yield Piece(events[:start], [payload for offset, payload in lines if offset < start])
             yield Piece(events[start:], [payload for offset, payload in lines if offset >= start], final=True)
-        if pending:  # a last event without its blank line: sent as it came
-            yield Piece(pending, [])
+        if pending:  # a last event without its blank line: sent as it came (captured first if final)
+            found = data_lines(pending) if self._watch else []
+            final = not finished and self._final_start(pending, found) is not None
+            yield Piece(pending, [payload for _, payload in found if payload != DONE], final=final)
         self.reply.release()
 
     def _final_start(self, events: bytes, lines: list[tuple[int, bytes]]) -> int | None:
@@ -209,13 +211,14 @@ class ProviderStream:
         return None
 
     def error(self, exc: Exception) -> ApiError:
-        return _stream_error(exc)
+        return stream_error(exc)
 
     async def close(self) -> None:
         self.reply.close()
 
 
-def _stream_error(exc: Exception) -> ApiError:
+def stream_error(exc: Exception) -> ApiError:
+    """The ``ApiError`` for a failure while reading a provider's stream (timeout: 504, else 502)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, TimeoutError):

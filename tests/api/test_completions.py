@@ -104,6 +104,17 @@ def test_a_batch_of_prompts_is_forwarded_untouched_and_not_captured(
         assert forwarded_prompt == [first, "second prompt"]
 
 
+def test_an_echoing_request_is_left_alone(proxy: Proxy, fake: ScriptedUpstream) -> None:
+    """With ``echo`` the answer repeats the prompt: a block before it would reach the client and the capture."""
+    user, prompt = unique("u"), unique("Tell me about my bees")
+    remember(proxy, "User keeps bees", user)
+    client = proxy.client(**{"X-Memproxy-User-Id": user})
+    raw = client.completions.with_raw_response.create(model="gpt-4o-mini", prompt=prompt, echo=True)
+    assert raw.status_code == 200
+    assert raw.headers["x-memproxy-recalled"] == "0" and raw.headers["x-memproxy-capture"] == "off"
+    assert "<memories>" not in json.dumps(sent(fake, prompt)[1])
+
+
 def test_a_stream_cut_mid_way_ends_with_an_error_event_and_is_not_captured(proxy: Proxy) -> None:
     user = unique("u")
     with proxy.http() as http:

@@ -141,3 +141,17 @@ def test_pieces_carrying_raw_payloads_are_parsed_for_capture(tmp_path: Path) -> 
             assert await job_exists(database, capture.plan.job_id)
 
     asyncio.run(run())
+
+
+def test_a_failure_after_the_final_event_adds_no_error_event(tmp_path: Path) -> None:
+    """The client already has the whole answer (and the turn is captured): nothing follows ``[DONE]``."""
+
+    async def run() -> None:
+        async with opened(tmp_path) as database:
+            capture = stream_capture(database)
+            source = Source([*chat_pieces(), Piece(b"data: late\n\n", [])], fail_after=3)
+            sent = [x async for x in relay(source, capture, error_frame)]
+            assert sent == [p.raw for p in chat_pieces()] and source.closed
+            assert await job_exists(database, capture.plan.job_id)
+
+    asyncio.run(run())

@@ -51,6 +51,7 @@ def _chunk_piece(chunk: Any) -> list[Piece]:
 
 class ChatSurface(Surface):
     name = "chat"
+    operation = "chat_completions"
     paths = ("/v1/chat/completions", "/chat/completions")
 
     def validate(self, body: dict[str, Any]) -> None:

@@ -4,11 +4,11 @@ Older clients and base models still call it. It has no messages, so:
 - Memory block: a prefix of the prompt, followed by a blank line (the caller's prompt stays
   whole and last, where a completion model continues it).
 - Recall's query and capture's input: the prompt, as one user message; the reply: choice 0's
-  ``text``, as one assistant message. Only a single text prompt (a string, or an array of one
-  string) is a turn: a batch of prompts or token arrays is forwarded untouched, with nothing
-  recalled or captured.
-- An OpenAI-wire provider gets the turn relayed byte for byte to its ``/completions``; any other
-  goes through ``litellm.atext_completion``. A stream ends with ``data: [DONE]`` (sent once the turn
+  ``text``, as one assistant message. Only a single non-blank text prompt (a string, or an array
+  of one string) without ``echo`` is a turn: a batch of prompts, token arrays, or a request that
+  echoes its prompt back is forwarded untouched, with nothing recalled or captured.
+- An OpenAI-wire provider that serves ``/completions`` (``SERVING_PROVIDERS``) gets the turn
+  relayed byte for byte; any other goes through ``litellm.atext_completion``. A stream ends with ``data: [DONE]`` (sent once the turn
   is captured), or with ``data: {"error": …}`` when it fails after the first byte.
 """
 
@@ -29,6 +29,12 @@ from memproxy.wire.message_text import clip_text
 from memproxy.wire.sse import DONE_FRAME, Piece, data_frame
 
 PATH = "/completions"
+# The OpenAI-wire providers that serve the legacy API at ``{base}/completions`` (OpenAI and any
+# server named by ``upstream.api_base``, OpenRouter, Together, Fireworks, vLLM, LM Studio,
+# llamafile). Groq and Mistral have none and DeepSeek only under ``/beta``: their turns go
+# through LiteLLM, which turns them into chat.
+SERVING_PROVIDERS = frozenset({"openai", "openrouter", "together_ai", "fireworks_ai", "hosted_vllm", "lm_studio",
+                               "llamafile"})  # fmt: skip
 # The request fields of OpenAI's legacy completions API that LiteLLM takes as arguments.
 PARAMS = frozenset(
     {
@@ -48,19 +54,29 @@ def prompt_text(body: dict[str, Any]) -> str | None:
     return prompt if isinstance(prompt, str) else None
 
 
+def _index(choice: dict[str, Any]) -> int | None:
+    index = choice.get("index", 0)
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
 def _json(obj: Any) -> dict[str, Any]:
     data = obj.model_dump(exclude_none=True) if hasattr(obj, "model_dump") else dict(obj)
     return {k: v for k, v in data.items() if k not in _LITELLM_ONLY_KEYS}
 
 
-def _chunk_piece(chunk: Any) -> list[Piece]:
-    data = _json(chunk)
+def _openai_shape(obj: Any) -> dict[str, Any]:
+    """A LiteLLM text completion (whole or chunk) as OpenAI sends it: each choice's ``text`` a
+    string (LiteLLM's last chunk has none), ``logprobs`` and ``finish_reason`` present, null until set."""
+    data = _json(obj)
     for choice in data.get("choices") or []:
-        # As OpenAI streams a choice: its text always a string (LiteLLM's last chunk has none),
-        # finish_reason and logprobs present, null until set.
         choice["text"] = choice.get("text") or ""
         choice.setdefault("logprobs", None)
         choice.setdefault("finish_reason", None)
+    return data
+
+
+def _chunk_piece(chunk: Any) -> list[Piece]:
+    data = _openai_shape(chunk)
     return [Piece(data_frame(data), [data])]
 
 
@@ -73,7 +89,7 @@ class CompletionsAccumulator:
 
     def feed(self, event: dict[str, Any]) -> None:
         for choice in event.get("choices") or ():
-            if isinstance(choice, dict) and int(choice.get("index") or 0) == 0:
+            if isinstance(choice, dict) and _index(choice) == 0:
                 self._text.append(str(choice.get("text") or ""))
                 self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
@@ -87,6 +103,7 @@ class CompletionsAccumulator:
 
 class CompletionsSurface(Surface):
     name = "completions"
+    operation = "create_completion"
     paths = ("/v1/completions", "/completions")
     request_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -118,7 +135,9 @@ class CompletionsSurface(Surface):
             raise ApiError(400, "'stream' must be a boolean.", param="stream", code="invalid_type")
 
     def is_turn(self, body: dict[str, Any]) -> bool:
-        return prompt_text(body) is not None
+        # With ``echo`` the answer repeats the prompt: a memory block before it would come back to
+        # the client and be captured as the reply, so an echoing request is left alone.
+        return bool((prompt_text(body) or "").strip()) and not body.get("echo")
 
     def query(self, body: dict[str, Any]) -> str:
         return clip_text((prompt_text(body) or "").strip(), QUERY_MAX_CHARS)
@@ -129,7 +148,7 @@ class CompletionsSurface(Surface):
 
     def transport(self, body: dict[str, Any], credential: Credential, providers: Providers) -> Transport:
         route = providers.fast_paths.route(body["model"], credential)
-        if route is not None:
+        if route is not None and route.provider in SERVING_PROVIDERS:
             return ByteRelay(providers.relay, route, PATH)
         upstream = providers.litellm
 
@@ -142,7 +161,9 @@ class CompletionsSurface(Surface):
                 raise to_api_error(exc) from exc
 
         trailer = Piece(DONE_FRAME, [], final=True)
-        return ThroughLiteLLM(call, content=_json, cut=_chunk_piece, error=to_api_error, trailer=trailer)
+        return ThroughLiteLLM(
+            call, content=_openai_shape, cut=_chunk_piece, error=to_api_error, trailer=trailer
+        )
 
     def place(
         self, body: dict[str, Any], text: str, placement: Placement, transport: Transport
@@ -152,7 +173,7 @@ class CompletionsSurface(Surface):
 
     def reply_of(self, answer: dict[str, Any]) -> dict[str, Any] | None:
         for choice in answer.get("choices") or []:
-            if isinstance(choice, dict) and int(choice.get("index") or 0) == 0:
+            if isinstance(choice, dict) and _index(choice) == 0:
                 return {"role": "assistant", "content": str(choice.get("text") or "")}
         return None
 

@@ -35,8 +35,7 @@ from memproxy.proxy import anthropic_turn
 from memproxy.proxy.anthropic_chat import ChatStreamToEvents, frame, to_chat, to_message
 from memproxy.proxy.placement import Placement, place_anthropic, place_chat
 from memproxy.upstream.fastpath import FastRoute
-from memproxy.upstream.provider import unreachable_error
-from memproxy.upstream.relay import Relay, Reply, provider_error
+from memproxy.upstream.relay import Relay, Reply, provider_error, stream_error
 from memproxy.upstream.surfaces import provider_error as litellm_error
 from memproxy.wire.sse import DONE, Piece, SSEParser, data_lines, json_object, split_events
 
@@ -61,6 +60,7 @@ def _error_frame(error: ApiError) -> bytes:
 
 class MessagesSurface(Surface):
     name = "messages"
+    operation = "create_message"
     paths = ("/v1/messages", "/messages")
     anthropic_errors = True
 
@@ -252,7 +252,7 @@ class _TranslatedStream:
         return out, False
 
     def error(self, exc: Exception) -> ApiError:
-        return unreachable_error(str(exc) or type(exc).__name__)
+        return stream_error(exc)
 
     async def close(self) -> None:
         self.reply.close()

@@ -86,6 +86,7 @@ def _event_piece(event: Any) -> list[Piece]:
 
 class ResponsesSurface(Surface):
     name = "responses"
+    operation = "create_response"
     paths = ("/v1/responses", "/responses")
 
     def validate(self, body: dict[str, Any]) -> None:
