@@ -13,8 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from memproxy.api.app import create_app
 from memproxy.auth import passthrough_tenant
 from memproxy.scope import Scope
+from memproxy.testing.background_server import BackgroundServer
 from memproxy.testing.scripted_upstream import ScriptedUpstream
 from tests.support.memory_flow import query as db_query
 from tests.support.proxy import KEYS, Proxy, proxy_settings, start_proxy
@@ -306,16 +308,31 @@ def test_fixed_routes_are_not_captured_by_the_id_route(http: httpx.Client) -> No
 # --- expiry -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # waits 2 s for a memory to expire
-def test_expired_memory_is_invisible_to_every_reader(http: httpx.Client) -> None:
+def test_expired_memory_is_invisible_to_every_reader(
+    upstream: tuple[ScriptedUpstream, str], tmp_path: Path
+) -> None:
+    """Time moves on the store's clock (a server of its own), not the real one: no waiting."""
+    settings = proxy_settings(upstream[1], tmp_path, extraction={"worker_enabled": False})
+    app = create_app(settings)
+    server = BackgroundServer(app).start()
+    try:
+        now = [time.time()]
+        app.state.services.store.clock = lambda: now[0]
+        with Proxy(server.url, settings, tmp_path).http(f"sk-expiry-{uuid.uuid4().hex[:8]}") as http:
+            _expired_memories_are_invisible(http, now)
+    finally:
+        server.stop()
+
+
+def _expired_memories_are_invisible(http: httpx.Client, now: list[float]) -> None:
     user = uid()
     add(http, "Keeps a pet iguana called Rex", user_id=user)
-    past = add(http, "Temporary code QW-9981 for the gate", user_id=user, expires_at=time.time() - 5)
+    past = add(http, "Temporary code QW-9981 for the gate", user_id=user, expires_at=now[0] - 5)
     soon = add(http, "Hotel room 1207 this week", user_id=user,
-               expires_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2)))  # fmt: skip
+               expires_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now[0] + 60)))  # fmt: skip
     assert soon["expires_at"] is not None
     assert [r["id"] for r in search(http, "hotel room 1207", user_id=user)][:1] == [soon["id"]]
-    time.sleep(2.1)
+    now[0] += 120  # past the hotel room's expiry
     for gone in (past, soon):
         assert_error(http.get(f"/v1/memories/{gone['id']}"), 404)
         assert_error(http.patch(f"/v1/memories/{gone['id']}", json={"text": "revived"}), 404)
