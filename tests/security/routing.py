@@ -45,6 +45,8 @@ def attack(http: httpx.Client, surface: str, model: str) -> httpx.Response:
     if kind == "messages":
         body = {"model": model, "max_tokens": 16, "messages": MESSAGES, "stream": stream}
         return http.post("/v1/messages", json=body)
+    if kind == "completions":
+        return http.post("/v1/completions", json={"model": model, "prompt": "hello", "stream": stream})
     if kind == "embeddings":
         return http.post("/v1/embeddings", json={"model": model, "input": "hello"})
     if kind == "model":

@@ -82,6 +82,7 @@ SURFACES = {
     "/v1/chat/completions": "",
     "/v1/responses": "",
     "/v1/messages": "",
+    "/v1/completions": "",
     "/v1/embeddings": "",
 }
 
@@ -92,6 +93,8 @@ def _body_for(path: str, template: str, marker: str) -> bytes:
         body = body.replace('"messages":', '"input":')
     elif path == "/v1/messages":
         body = body.replace('"model":', '"max_tokens":16,"model":', 1)
+    elif path == "/v1/completions":
+        body = body.replace('"messages":', '"prompt":"text","m":')
     elif path == "/v1/embeddings":
         body = body.replace('"messages":', '"input":"text","m":')
     return body.encode()

@@ -46,7 +46,7 @@ LOCAL = {
 # Public providers: in the sandbox they are unreachable; the answer must still be a refusal.
 PUBLIC = ["groq/x", "openrouter/x", "hosted_vllm/x", "together_ai/x", "mistral/x", "gpt-4o-mini"]
 SURFACES = ["chat", "chat-stream", "responses", "responses-stream", "messages", "messages-stream",
-            "embeddings", "model"]  # fmt: skip
+            "completions", "completions-stream", "embeddings", "model"]  # fmt: skip
 ENV_BASES = [name for _, names in LOCAL_DEFAULTS.values() for name in names] + ["HOSTED_VLLM_API_BASE"]
 
 

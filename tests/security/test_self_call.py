@@ -26,7 +26,7 @@ from tests.support.memory_flow import wait_until
 from tests.support.proxy import KEYS, http_client, http_get, proxy_settings
 
 STACKED = "llamafile/" * 25 + "x"
-SURFACES = ["chat", "chat-stream", "responses", "messages", "embeddings"]
+SURFACES = ["chat", "chat-stream", "responses", "messages", "completions", "embeddings"]
 CONFIGS: dict[str, dict[str, Any]] = {
     "passthrough, llamafile allowed": {"auth": {"mode": "passthrough"},
                                        "upstream": {"api_base": None, "allow_providers": ["llamafile"]}},
