@@ -199,9 +199,11 @@ def create_app(settings: Settings) -> FastAPI:
     # Each API surface (``api.surfaces``: chat, Responses, Messages, legacy completions) runs
     # its turns through the one pipeline (``api.pipeline``).
     anthropic_paths: set[str] = set()
-    app.state.surface_schemas = {}
+    app.state.surface_specs = {}  # read by api.openapi: each surface describes its own POST
     for found in discover():
-        app.state.surface_schemas.update(dict.fromkeys(found.surface.paths, found.surface.request_schema))
+        spec = {"body_schema": found.surface.request_schema, "ok": ("200", "ProviderObject"), "stream": True,
+                "anthropic": found.surface.anthropic_errors}  # fmt: skip
+        app.state.surface_specs.update(dict.fromkeys(found.surface.paths, spec))
         app.include_router(surface_router(found.surface))
         if found.router is not None:
             app.include_router(found.router)

@@ -28,7 +28,7 @@ Schema = dict[str, Any]
 
 _STRING = {"type": "string"}
 _NULLABLE_STRING = {"type": ["string", "null"]}
-_ID = {"type": "string", "maxLength": 256, "pattern": r"^[\x20-\x7e]*$"}
+ID = {"type": "string", "maxLength": 256, "pattern": r"^[\x20-\x7e]*$"}
 _TIME = {"type": "string", "format": "date-time"}
 
 SCHEMAS: dict[str, Schema] = {
@@ -224,7 +224,7 @@ SCHEMAS: dict[str, Schema] = {
     },
 }
 
-_MESSAGE = {
+MESSAGE = {
     "type": "object",
     "required": ["role"],
     "properties": {
@@ -232,55 +232,11 @@ _MESSAGE = {
         "content": {"type": ["string", "array", "null"]},
     },
 }
-_PROVIDER_FIELDS = {"model": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"}}
+PROVIDER_FIELDS = {"model": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"}}
 _METADATA = {"type": "object"}
 _EXPIRES = {"type": ["string", "number", "null"], "format": "date-time"}
 
 BODIES: dict[str, Schema] = {
-    "chat": {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {
-            **_PROVIDER_FIELDS,
-            "user": _ID,
-            "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
-        },
-    },
-    "responses": {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": {
-            **_PROVIDER_FIELDS,
-            "user": _ID,
-            "input": {
-                "oneOf": [
-                    {"type": "string", "minLength": 1},
-                    {"type": "array", "minItems": 1, "items": _MESSAGE},
-                ]
-            },
-        },
-    },
-    "messages": {
-        "type": "object",
-        "required": ["model", "max_tokens", "messages"],
-        "properties": {
-            **_PROVIDER_FIELDS,
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "metadata": {"type": "object", "properties": {"user_id": _ID}},
-            "messages": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "required": ["role"],
-                    "properties": {
-                        "role": {"enum": ["user", "assistant"]},
-                        "content": {"type": ["string", "array"]},
-                    },
-                },
-            },
-        },
-    },
     "embeddings": {
         "type": "object",
         "required": ["model", "input"],
@@ -296,11 +252,11 @@ BODIES: dict[str, Schema] = {
         "anyOf": [{"required": ["user_id"]}, {"required": ["agent_id"]}],
         "oneOf": [{"required": ["text"]}, {"required": ["messages"]}],
         "properties": {
-            "user_id": _ID,
-            "agent_id": _ID,
-            "session_id": _ID,
+            "user_id": ID,
+            "agent_id": ID,
+            "session_id": ID,
             "text": {"type": "string", "minLength": 1, "pattern": r"\S"},
-            "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
+            "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
             "metadata": _METADATA,
             "expires_at": _EXPIRES,
         },
@@ -311,8 +267,8 @@ BODIES: dict[str, Schema] = {
         "required": ["query", "user_id"],
         "properties": {
             "query": {"type": "string", "minLength": 1, "pattern": r"\S"},
-            "user_id": _ID,
-            "agent_id": _ID,
+            "user_id": ID,
+            "agent_id": ID,
             "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
             "min_score": {"type": "number"},
         },
@@ -329,17 +285,15 @@ BODIES: dict[str, Schema] = {
     },
 }
 
-_SCOPE_QUERY = {"user_id": _ID, "agent_id": _ID}
+_SCOPE_QUERY = {"user_id": ID, "agent_id": ID}
 _PAGE_QUERY = {"limit": {"type": "integer", "minimum": 1, "maximum": 1000}, "cursor": _STRING}
 
 # (method, path) → request body, query parameters, success status and schema. Paths
-# served without the /v1 prefix too (/chat/completions) reuse their /v1 entry.
+# served without the /v1 prefix too (/chat/completions) reuse their /v1 entry. The API surfaces'
+# POSTs describe themselves (``Surface.request_schema``, ``app.state.surface_specs``).
 OPERATIONS: dict[tuple[str, str], Schema] = {
-    ("post", "/v1/chat/completions"): {"body": "chat", "ok": ("200", "ProviderObject")},
-    ("post", "/v1/responses"): {"body": "responses", "ok": ("200", "ProviderObject")},
     ("get", "/v1/responses/{response_id}"): {"ok": ("200", "ProviderObject")},
     ("delete", "/v1/responses/{response_id}"): {"ok": ("200", "ProviderObject")},
-    ("post", "/v1/messages"): {"body": "messages", "ok": ("200", "ProviderObject"), "anthropic": True},
     ("get", "/v1/models"): {"ok": ("200", "ProviderObject")},
     ("get", "/v1/models/{model_id}"): {"ok": ("200", "ProviderObject")},
     ("post", "/v1/embeddings"): {"body": "embeddings", "ok": ("200", "ProviderObject")},
@@ -373,7 +327,7 @@ OPERATIONS: dict[tuple[str, str], Schema] = {
     ("get", "/v1/jobs/{job_id}"): {"ok": ("200", "Job")},
     ("get", "/v1/jobs/{job_id}/messages"): {"ok": ("200", None)},
     ("post", "/v1/jobs/{job_id}/retry"): {"ok": ("200", "Job")},
-    ("get", "/v1/scopes"): {"ok": ("200", "ScopeList"), "query": {**_SCOPE_QUERY, **_PAGE_QUERY, "q": _ID}},
+    ("get", "/v1/scopes"): {"ok": ("200", "ScopeList"), "query": {**_SCOPE_QUERY, **_PAGE_QUERY, "q": ID}},
 }
 _PUBLIC = frozenset({"/healthz", "/readyz", "/metrics"})
 # What each error status means on every authenticated route (the shape is Error's).
@@ -444,13 +398,10 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     components.setdefault("schemas", {}).update(copy.deepcopy(SCHEMAS))
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-    # Surfaces with no entry in OPERATIONS describe their own body (``Surface.request_schema``).
-    surfaces: dict[str, Any] = getattr(app.state, "surface_schemas", {})
+    surfaces: dict[str, Schema] = getattr(app.state, "surface_specs", {})
     for path, item in schema.get("paths", {}).items():
         for method, operation in item.items():
-            spec = {"body_schema": surfaces[path], "ok": ("200", "ProviderObject"), "stream": True} if (
-                method == "post" and path in surfaces) else None  # fmt: skip
-            _complete(method, path, operation, spec)
+            _complete(method, path, operation, surfaces.get(path) if method == "post" else None)
     app.openapi_schema = schema
     return schema
 
@@ -482,7 +433,7 @@ def _complete(method: str, path: str, operation: dict[str, Any], surface: Schema
                 "description": "With messages instead of text: the turn is queued.",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Queued"}}},
             }
-        if spec.get("stream") or canonical in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+        if spec.get("stream"):
             # Each event's data is the provider's chunk, relayed.
             responses[status]["content"]["text/event-stream"] = {
                 "schema": {"type": "object", "properties": {"data": _STRING, "event": _STRING}}

@@ -94,7 +94,7 @@ class Surface(ABC):
     paths: ClassVar[tuple[str, ...]]  # the POST routes (``/v1/...`` and the SDK-less alias)
     operation: ClassVar[str]  # the POST's operationId in /openapi.json (generated clients name methods by it)
     anthropic_errors: ClassVar[bool] = False  # errors on these paths are Anthropic-shaped
-    # The body's JSON schema in /openapi.json (``api.openapi`` describes the first three itself).
+    # The body's JSON schema in /openapi.json (``api.openapi``'s ``MESSAGE``, ``ID`` … help write it).
     request_schema: ClassVar[dict[str, Any]] = {"type": "object", "required": ["model"]}
 
     def authenticate(self, request: Request, auth: Authenticator) -> Credential:

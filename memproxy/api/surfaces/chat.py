@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from memproxy.api.body import validate_chat_body
+from memproxy.api.openapi import ID, MESSAGE, PROVIDER_FIELDS
 from memproxy.api.surface import Providers, Surface, Transport
 from memproxy.api.transports import ByteRelay, ThroughLiteLLM
 from memproxy.auth import Credential
@@ -52,6 +53,15 @@ def _chunk_piece(chunk: Any) -> list[Piece]:
 class ChatSurface(Surface):
     name = "chat"
     operation = "chat_completions"
+    request_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            **PROVIDER_FIELDS,
+            "user": ID,
+            "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        },
+    }
     paths = ("/v1/chat/completions", "/chat/completions")
 
     def validate(self, body: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from memproxy.api.body import require_str
+from memproxy.api.openapi import ID, PROVIDER_FIELDS
 from memproxy.api.surface import Providers, Surface, Transport
 from memproxy.api.transports import ByteRelay, ThroughLiteLLM
 from memproxy.auth import Credential
@@ -108,17 +109,12 @@ class CompletionsSurface(Surface):
     request_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["model", "prompt"],
-        "properties": {
-            "model": {"type": "string", "minLength": 1},
-            "prompt": {"oneOf": [
-                {"type": "string"},
-                {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                {"type": "array", "minItems": 1, "items": {"type": "integer"}},
-                {"type": "array", "minItems": 1, "items": {"type": "array", "items": {"type": "integer"}}},
-            ]},
-            "stream": {"type": "boolean"},
-            "user": {"type": "string"},
-        },
+        "properties": {**PROVIDER_FIELDS, "user": ID, "prompt": {"oneOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+            {"type": "array", "minItems": 1, "items": {"type": "array", "items": {"type": "integer"}}},
+        ]}},
     }  # fmt: skip
 
     def validate(self, body: dict[str, Any]) -> None:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import require_str
+from memproxy.api.openapi import ID, PROVIDER_FIELDS
 from memproxy.api.surface import Outgoing, Providers, Streamed, Surface, Transport, Whole
 from memproxy.api.transports import ByteRelay, ThroughLiteLLM
 from memproxy.auth import Authenticator, Credential
@@ -61,6 +62,18 @@ def _error_frame(error: ApiError) -> bytes:
 class MessagesSurface(Surface):
     name = "messages"
     operation = "create_message"
+    request_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["model", "max_tokens", "messages"],
+        "properties": {
+            **PROVIDER_FIELDS,
+            "max_tokens": {"type": "integer", "minimum": 1},
+            "metadata": {"type": "object", "properties": {"user_id": ID}},
+            "messages": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["role"],
+                "properties": {"role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}},
+        },
+    }  # fmt: skip
     paths = ("/v1/messages", "/messages")
     anthropic_errors = True
 

@@ -20,7 +20,7 @@ import base64
 import binascii
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from fastapi import APIRouter
@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from memproxy.api.body import require_str
 from memproxy.api.deps import CredentialDep
+from memproxy.api.openapi import ID, MESSAGE, PROVIDER_FIELDS
 from memproxy.api.pipeline import Pipeline, PipelineDep
 from memproxy.api.surface import Providers, Surface, Transport
 from memproxy.api.transports import ByteRelay, ThroughLiteLLM
@@ -87,6 +88,12 @@ def _event_piece(event: Any) -> list[Piece]:
 class ResponsesSurface(Surface):
     name = "responses"
     operation = "create_response"
+    request_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {**PROVIDER_FIELDS, "user": ID, "input": {"oneOf": [
+            {"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": MESSAGE}]}},
+    }  # fmt: skip
     paths = ("/v1/responses", "/responses")
 
     def validate(self, body: dict[str, Any]) -> None:
