@@ -60,21 +60,17 @@ class SurfaceUpstream:
         except Exception as exc:
             raise provider_error(exc) from exc
 
-    async def get_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
+    async def stored_response(
+        self, method: str, response_id: str, credential: Credential | None
+    ) -> dict[str, Any]:
+        """``GET`` (``aget_responses``) or ``DELETE`` (``adelete_responses``) a stored response."""
         target = self._stored(response_id, credential)
+        call = self._litellm.aget_responses if method == "GET" else self._litellm.adelete_responses
         try:
-            found = await self._litellm.aget_responses(response_id=response_id, **target)
+            answer = await call(response_id=response_id, **target)
         except Exception as exc:
             raise provider_error(exc) from exc
-        return dump(found)
-
-    async def delete_response(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
-        target = self._stored(response_id, credential)
-        try:
-            deleted = await self._litellm.adelete_responses(response_id=response_id, **target)
-        except Exception as exc:
-            raise provider_error(exc) from exc
-        return dump(deleted)
+        return dump(answer)
 
     def _stored(self, response_id: str, credential: Credential | None) -> dict[str, Any]:
         """Where a stored response lives: LiteLLM decodes the provider from its own ids (and

@@ -169,9 +169,8 @@ async def _stored(parts: Pipeline, credential: Credential, method: str, response
     route = parts.providers.fast_paths.stored_route(credential)
     if route is not None and not litellm_id(response_id):
         return await _fast_stored(parts, route, method, response_id)
-    litellm = parts.providers.litellm_surfaces
-    call = litellm.get_response if method == "GET" else litellm.delete_response
-    return JSONResponse(clean(await call(response_id, credential)))
+    stored = await parts.providers.litellm_surfaces.stored_response(method, response_id, credential)
+    return JSONResponse(clean(stored))
 
 
 async def _fast_stored(parts: Pipeline, route: FastRoute, method: str, response_id: str) -> Response:
